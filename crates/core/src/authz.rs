@@ -1,0 +1,210 @@
+//! Turning an HTTP request, as ext_authz presents it, into rate-limit descriptors.
+//!
+//! Each configured descriptor is a list of entries; each entry takes its value from one part of
+//! the request (optionally translated through a named map). A descriptor any of whose values is
+//! missing is skipped, as Envoy skips a `rate_limits` action whose header is absent.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::Entry;
+use crate::config::ConfigError;
+use crate::config::model::{AuthzConfig, Source};
+use crate::descriptor::Descriptor;
+use crate::rules::RuleSet;
+
+/// The parts of an HTTP request that descriptors can be built from.
+pub trait RequestView {
+    /// A header value by lower-case name.
+    fn header(&self, lower_name: &str) -> Option<&str>;
+    /// The path, including any query string.
+    fn path(&self) -> &str;
+    /// The method.
+    fn method(&self) -> &str;
+    /// The host (`:authority`).
+    fn host(&self) -> &str;
+    /// The address of the peer that connected to Envoy.
+    fn peer_ip(&self) -> Option<&str>;
+    /// A context extension set on the route.
+    fn context_extension(&self, name: &str) -> Option<&str>;
+}
+
+/// A named map of values (e.g. API key → tier).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValueMap {
+    /// The mapping.
+    pub entries: HashMap<String, String>,
+    /// The value for keys not in `entries`; `None` skips the descriptor.
+    pub default: Option<String>,
+}
+
+impl ValueMap {
+    fn translate(&self, value: &str) -> Option<&str> {
+        self.entries
+            .get(value)
+            .map(String::as_str)
+            .or(self.default.as_deref())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PlanEntry {
+    key: String,
+    source: Source,
+    map: Option<Arc<ValueMap>>,
+}
+
+/// The compiled `authz:` section.
+#[derive(Debug, Clone)]
+pub struct AuthzPlan {
+    /// The domain the descriptors are checked in.
+    pub domain: String,
+    trusted_hops: u32,
+    descriptors: Vec<Vec<PlanEntry>>,
+}
+
+impl AuthzPlan {
+    /// Validates `authz:` against the loaded maps and rules.
+    pub fn compile(
+        file: &Path,
+        config: &AuthzConfig,
+        maps: &HashMap<String, Arc<ValueMap>>,
+        rules: &RuleSet,
+    ) -> Result<Self, ConfigError> {
+        let domain = config.domain.value.clone();
+        if !rules.has_domain(&domain) {
+            return Err(ConfigError::at(
+                file,
+                config.domain.referenced.line(),
+                format!(
+                    "authz.domain '{domain}' has no domain config (so Check would allow everything)"
+                ),
+            ));
+        }
+        let mut descriptors = Vec::with_capacity(config.descriptors.len());
+        for d in &config.descriptors {
+            let mut entries = Vec::with_capacity(d.len());
+            for e in d {
+                let map = match &e.map {
+                    None => None,
+                    Some(name) => Some(maps.get(&name.value).cloned().ok_or_else(|| {
+                        ConfigError::at(
+                            file,
+                            name.referenced.line(),
+                            format!("map '{}' is not defined under `maps:`", name.value),
+                        )
+                    })?),
+                };
+                if e.key.value.is_empty() {
+                    return Err(ConfigError::at(
+                        file,
+                        e.key.referenced.line(),
+                        "authz entry has empty key",
+                    ));
+                }
+                entries.push(PlanEntry {
+                    key: e.key.value.clone(),
+                    source: e.from.clone(),
+                    map,
+                });
+            }
+            if entries.is_empty() {
+                return Err(ConfigError::at(
+                    file,
+                    config.domain.referenced.line(),
+                    "authz.descriptors holds an empty descriptor",
+                ));
+            }
+            descriptors.push(entries);
+        }
+        Ok(Self {
+            domain,
+            trusted_hops: config.trusted_hops,
+            descriptors,
+        })
+    }
+
+    /// The descriptors for `request`; those with a missing source are left out.
+    pub fn descriptors(&self, request: &impl RequestView) -> Vec<Descriptor> {
+        self.descriptors
+            .iter()
+            .filter_map(|entries| {
+                let built: Option<Vec<Entry>> = entries
+                    .iter()
+                    .map(|e| {
+                        let raw = self.source_value(&e.source, request)?;
+                        let value = match &e.map {
+                            Some(map) => map.translate(raw)?,
+                            None => raw,
+                        };
+                        Some(Entry::new(e.key.as_str(), value))
+                    })
+                    .collect();
+                built.map(|entries| Descriptor {
+                    entries,
+                    ..Descriptor::default()
+                })
+            })
+            .collect()
+    }
+
+    fn source_value<'r>(
+        &'r self,
+        source: &'r Source,
+        req: &'r impl RequestView,
+    ) -> Option<&'r str> {
+        match source {
+            Source::ClientIp => self.client_ip(req),
+            Source::Path => Some(req.path().split('?').next().unwrap_or("")),
+            Source::Method => Some(req.method()),
+            Source::Host => Some(req.host()),
+            Source::Header(name) => req.header(&name.to_ascii_lowercase()),
+            Source::ContextExtension(name) => req.context_extension(name),
+            Source::ApiKey(spec) => req
+                .header(&spec.header.to_ascii_lowercase())
+                .or_else(|| {
+                    req.header("authorization").and_then(|a| {
+                        a.strip_prefix("Bearer ")
+                            .or_else(|| a.strip_prefix("bearer "))
+                    })
+                })
+                .or_else(|| query_param(req.path(), &spec.query_param))
+                .map(str::trim)
+                .filter(|k| !k.is_empty()),
+            Source::Value(v) => Some(v),
+        }
+    }
+
+    /// With `trusted_hops: N` (N ≥ 1), the Nth address from the right of X-Forwarded-For (the one
+    /// the outermost trusted proxy saw); with 0, or too few addresses, the peer address.
+    fn client_ip<'r>(&self, req: &'r impl RequestView) -> Option<&'r str> {
+        if self.trusted_hops > 0 {
+            if let Some(xff) = req.header("x-forwarded-for") {
+                let hops: Vec<&str> = xff
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let n = self.trusted_hops as usize;
+                if hops.len() >= n {
+                    return Some(hops[hops.len() - n]);
+                }
+            }
+        }
+        req.peer_ip()
+    }
+}
+
+/// The raw value of query parameter `name` in `path` (not percent-decoded).
+fn query_param<'a>(path: &'a str, name: &str) -> Option<&'a str> {
+    let (_, query) = path.split_once('?')?;
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+use super::*;
+use crate::config::load_config;
+use std::collections::HashMap;
+
+#[derive(Default)]
+struct Req {
+    headers: HashMap<String, String>,
+    path: String,
+    peer: Option<String>,
+    ext: HashMap<String, String>,
+}
+
+impl RequestView for Req {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+    fn path(&self) -> &str {
+        &self.path
+    }
+    fn method(&self) -> &str {
+        "GET"
+    }
+    fn host(&self) -> &str {
+        "example.com"
+    }
+    fn peer_ip(&self) -> Option<&str> {
+        self.peer.as_deref()
+    }
+    fn context_extension(&self, name: &str) -> Option<&str> {
+        self.ext.get(name).map(String::as_str)
+    }
+}
+
+const CONFIG: &str = r#"
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: second, requests_per_unit: 5}
+authz:
+  domain: edge
+  trusted_hops: 1
+  descriptors:
+    - [{key: remote_address, from: client_ip}]
+    - [{key: tier, from: {api_key: {}}, map: tiers}, {key: path, from: path}]
+    - [{key: tenant, from: {header: X-Tenant}}, {key: route, from: {context_extension: route}}]
+    - [{key: method, from: method}, {key: host, from: host}, {key: fixed, from: {value: v}}]
+maps:
+  tiers:
+    entries: {k1: gold}
+    default: free
+"#;
+
+fn plan(text: &str) -> AuthzPlan {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sluice.yaml");
+    std::fs::write(&path, text).expect("write");
+    load_config(&path).expect("loads").authz.expect("authz")
+}
+
+fn pairs(d: &Descriptor) -> Vec<(String, String)> {
+    d.entries
+        .iter()
+        .map(|e| (e.key.clone(), e.value.clone()))
+        .collect()
+}
+
+#[test]
+fn builds_every_descriptor_whose_sources_are_present() {
+    let plan = plan(CONFIG);
+    let mut req = Req {
+        path: "/v1/x?api_key=k1&y=2".into(),
+        peer: Some("192.0.2.9".into()),
+        ..Req::default()
+    };
+    req.headers
+        .insert("x-forwarded-for".into(), "203.0.113.1, 198.51.100.7".into());
+    req.headers.insert("x-tenant".into(), "acme".into());
+    req.ext.insert("route".into(), "r1".into());
+    let got: Vec<_> = plan.descriptors(&req).iter().map(pairs).collect();
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        got,
+        vec![
+            vec![s("remote_address", "198.51.100.7")],
+            vec![s("tier", "gold"), s("path", "/v1/x")],
+            vec![s("tenant", "acme"), s("route", "r1")],
+            vec![
+                s("method", "GET"),
+                s("host", "example.com"),
+                s("fixed", "v")
+            ],
+        ]
+    );
+}
+
+#[test]
+fn missing_sources_skip_the_descriptor_and_maps_fall_back_to_default() {
+    let plan = plan(CONFIG);
+    let mut req = Req {
+        path: "/p".into(),
+        peer: Some("192.0.2.9".into()),
+        ..Req::default()
+    };
+    req.headers
+        .insert("authorization".into(), "Bearer other".into());
+    let got: Vec<_> = plan.descriptors(&req).iter().map(pairs).collect();
+    assert_eq!(got.len(), 3, "the tenant descriptor has no header: {got:?}");
+    assert_eq!(got[0][0].1, "192.0.2.9", "no XFF: the peer address");
+    assert_eq!(got[1][0].1, "free", "unknown key maps to the default");
+}
+
+#[test]
+fn a_map_without_default_skips_unknown_values() {
+    let plan = plan(&CONFIG.replace("    default: free\n", ""));
+    let mut req = Req::default();
+    req.headers.insert("x-api-key".into(), "unknown".into());
+    let got: Vec<_> = plan.descriptors(&req).iter().map(pairs).collect();
+    assert!(got.iter().all(|d| d[0].0 != "tier"), "{got:?}");
+}
+
+#[test]
+fn authz_errors_name_the_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sluice.yaml");
+    std::fs::write(&path, CONFIG.replace("map: tiers", "map: tears")).expect("write");
+    let e = load_config(&path).expect_err("unknown map");
+    assert!(e.message.contains("map 'tears'") && e.line == 12, "{e}");
+    std::fs::write(
+        &path,
+        CONFIG.replace("domain: edge\n  trusted", "domain: nowhere\n  trusted"),
+    )
+    .expect("write");
+    let e = load_config(&path).expect_err("unknown domain");
+    assert!(e.message.contains("nowhere") && e.line == 8, "{e}");
+    std::fs::write(&path, CONFIG.replace("from: path", "from: paht")).expect("write");
+    let e = load_config(&path).expect_err("unknown source");
+    assert_eq!(e.line, 12, "{e}");
+}

@@ -1,0 +1,206 @@
+//! Token-bucket math: pure functions of (state, rate, now).
+//!
+//! A limit of `L` requests per unit `T` with burst `B` refills continuously at `L/T` tokens per
+//! microsecond up to `B`. The same arithmetic (f64 tokens, integer microseconds, refill computed as
+//! `tokens + elapsed * L / T`) runs in the in-memory store, in local-mode buckets and in the Redis
+//! Lua scripts, so every backend agrees to the last bit on the same inputs.
+
+use crate::Unit;
+
+/// A limit in token-bucket form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    /// `L`: tokens added per unit.
+    pub requests_per_unit: u64,
+    /// `T`: the unit.
+    pub unit: Unit,
+    /// `B`: the most tokens the bucket holds (and so the largest burst).
+    pub burst: u64,
+}
+
+impl Rate {
+    /// A rate whose burst equals its requests per unit (envoyproxy/ratelimit's behaviour).
+    pub const fn per_unit(requests_per_unit: u64, unit: Unit) -> Self {
+        Self {
+            requests_per_unit,
+            unit,
+            burst: requests_per_unit,
+        }
+    }
+
+    /// Tokens after `tokens` has refilled for `elapsed_micros`, capped at the burst.
+    pub fn refill(&self, tokens: f64, elapsed_micros: u64) -> f64 {
+        let added =
+            elapsed_micros as f64 * self.requests_per_unit as f64 / self.unit.micros() as f64;
+        (tokens + added).min(self.burst as f64)
+    }
+
+    /// Microseconds until a bucket holding `tokens` holds at least `target`; 0 if it already does,
+    /// `None` if it never will (a zero rate, or a target above the burst).
+    pub fn micros_until(&self, tokens: f64, target: f64) -> Option<u64> {
+        if tokens >= target {
+            return Some(0);
+        }
+        if self.requests_per_unit == 0 || target > self.burst as f64 {
+            return None;
+        }
+        let missing = target - tokens;
+        let micros = missing * self.unit.micros() as f64 / self.requests_per_unit as f64;
+        Some(micros.ceil() as u64)
+    }
+
+    /// Microseconds until a bucket holding `tokens` is full again (0 when full, or for a zero rate
+    /// whose burst is zero).
+    pub fn micros_until_full(&self, tokens: f64) -> u64 {
+        self.micros_until(tokens, self.burst as f64).unwrap_or(0)
+    }
+}
+
+/// A whole token bucket: the global bucket of the in-memory store, or a local-mode bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketState {
+    /// Tokens at `updated_micros`; fractional between whole refills.
+    pub tokens: f64,
+    /// When `tokens` was last brought up to date.
+    pub updated_micros: u64,
+}
+
+impl BucketState {
+    /// A full bucket, as a key starts.
+    pub fn full(rate: &Rate, now_micros: u64) -> Self {
+        Self {
+            tokens: rate.burst as f64,
+            updated_micros: now_micros,
+        }
+    }
+
+    /// Brings `tokens` up to `now_micros`. A `now` earlier than the last update (clock skew) adds
+    /// nothing rather than removing tokens.
+    pub fn refill(&mut self, rate: &Rate, now_micros: u64) {
+        let elapsed = now_micros.saturating_sub(self.updated_micros);
+        self.tokens = rate.refill(self.tokens, elapsed);
+        self.updated_micros = self.updated_micros.max(now_micros);
+    }
+
+    /// Refills, then takes `min(want, whole tokens available)`; returns what it took.
+    pub fn take_up_to(&mut self, rate: &Rate, now_micros: u64, want: u64) -> u64 {
+        self.refill(rate, now_micros);
+        let granted = want.min(self.tokens.floor().max(0.0) as u64);
+        self.tokens -= granted as f64;
+        granted
+    }
+
+    /// Refills, then takes exactly `n` tokens if there are that many; returns whether it did.
+    pub fn try_take(&mut self, rate: &Rate, now_micros: u64, n: u64) -> bool {
+        self.refill(rate, now_micros);
+        if self.tokens >= n as f64 {
+            self.tokens -= n as f64;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Refills, then puts `n` unspent tokens back, capped at the burst.
+    pub fn give_back(&mut self, rate: &Rate, now_micros: u64, n: u64) {
+        self.refill(rate, now_micros);
+        self.tokens = (self.tokens + n as f64).min(rate.burst as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEC: u64 = 1_000_000;
+
+    #[test]
+    fn starts_full_and_refills_at_the_rate() {
+        let rate = Rate::per_unit(10, Unit::Second);
+        let mut b = BucketState::full(&rate, 0);
+        assert_eq!(b.take_up_to(&rate, 0, 100), 10);
+        assert_eq!(b.take_up_to(&rate, 0, 1), 0);
+        // 10/s = one token per 100 ms.
+        assert_eq!(b.take_up_to(&rate, 99_999, 1), 0);
+        assert_eq!(b.take_up_to(&rate, 100_000, 1), 1);
+        assert_eq!(rate.micros_until(b.tokens, 1.0), Some(100_000));
+        assert_eq!(
+            b.take_up_to(&rate, 10 * SEC, 100),
+            10,
+            "capped at the burst"
+        );
+    }
+
+    #[test]
+    fn burst_above_rate_allows_a_larger_first_burst() {
+        let rate = Rate {
+            requests_per_unit: 60,
+            unit: Unit::Minute,
+            burst: 100,
+        };
+        let mut b = BucketState::full(&rate, 0);
+        assert!(b.try_take(&rate, 0, 100));
+        assert!(!b.try_take(&rate, 0, 1));
+        assert!(b.try_take(&rate, SEC, 1), "one per second after that");
+    }
+
+    #[test]
+    fn zero_rate_never_admits_and_never_promises() {
+        let rate = Rate::per_unit(0, Unit::Hour);
+        let mut b = BucketState::full(&rate, 0);
+        assert!(!b.try_take(&rate, 3_600 * SEC, 1));
+        assert_eq!(rate.micros_until(0.0, 1.0), None);
+        assert_eq!(rate.micros_until_full(0.0), 0);
+    }
+
+    #[test]
+    fn clock_going_backwards_adds_nothing() {
+        let rate = Rate::per_unit(10, Unit::Second);
+        let mut b = BucketState {
+            tokens: 0.0,
+            updated_micros: 5 * SEC,
+        };
+        b.refill(&rate, SEC);
+        assert_eq!(b.tokens, 0.0);
+        assert_eq!(b.updated_micros, 5 * SEC);
+    }
+
+    #[test]
+    fn give_back_is_capped_at_the_burst() {
+        let rate = Rate::per_unit(5, Unit::Second);
+        let mut b = BucketState::full(&rate, 0);
+        assert_eq!(b.take_up_to(&rate, 0, 2), 2);
+        b.give_back(&rate, 0, 10);
+        assert_eq!(b.tokens, 5.0);
+    }
+
+    proptest! {
+        /// Over any schedule of requests, a bucket never admits more than `B + L·t`.
+        #[test]
+        fn never_admits_more_than_burst_plus_rate_times_time(
+            rpu in 0u64..2_000,
+            burst in 0u64..2_000,
+            steps in proptest::collection::vec((0u64..300_000, 1u64..50), 1..200),
+        ) {
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, burst };
+            let mut b = BucketState::full(&rate, 0);
+            let (mut now, mut admitted) = (0u64, 0u64);
+            for (dt, want) in steps {
+                now += dt;
+                admitted += b.take_up_to(&rate, now, want);
+                let ideal = burst as f64 + rpu as f64 * now as f64 / SEC as f64;
+                prop_assert!(admitted as f64 <= ideal + 1e-6, "admitted {admitted} > ideal {ideal}");
+                prop_assert!(b.tokens >= 0.0 && b.tokens <= burst as f64);
+            }
+        }
+
+        /// Waiting exactly `micros_until` makes the tokens available.
+        #[test]
+        fn micros_until_is_enough(rpu in 1u64..10_000, tokens in 0.0f64..50.0, want in 1u64..50) {
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Minute, burst: 100 };
+            let wait = rate.micros_until(tokens, want as f64).expect("reachable");
+            prop_assert!(rate.refill(tokens, wait) >= want as f64 - 1e-9);
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Reading configuration: one file, or a directory; `include:` globs; `maps:` files.
+//!
+//! A file whose top level has `domain:` is an envoyproxy/ratelimit domain file, read as it is;
+//! any other file is a sluice config file. Everything is validated before anything is returned,
+//! so a caller either gets a complete [`Config`] or the first error with its file and line.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_saphyr::Spanned;
+
+use super::model::{ConfigFile, DomainFile, MapConfig};
+use super::{ConfigError, EngineSettings, ResponseSettings};
+use crate::authz::{AuthzPlan, ValueMap};
+use crate::rules::RuleSet;
+
+/// A loaded, validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Compiled descriptor rules of every domain.
+    pub rules: RuleSet,
+    /// How ext_authz requests become descriptors, if configured.
+    pub authz: Option<AuthzPlan>,
+    /// Engine tuning.
+    pub engine: EngineSettings,
+    /// Response options.
+    pub response: ResponseSettings,
+    /// Every file read, in order (config, includes, map files): what a reload watches.
+    pub files: Vec<PathBuf>,
+    /// A short hash of every file's path and content, identifying this configuration.
+    pub version: String,
+}
+
+/// Loads and validates the configuration at `path` (a sluice config file, a domain file, or a
+/// directory of either).
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    let mut reader = Reader::default();
+    let mut sluice_file: Option<(PathBuf, ConfigFile)> = None;
+    let mut domains: Vec<(PathBuf, DomainFile)> = Vec::new();
+
+    for file in top_level_files(path)? {
+        match reader.read_any(&file)? {
+            AnyFile::Domain(d) => domains.push((file, d)),
+            AnyFile::Sluice(c) => {
+                if let Some((first, _)) = &sluice_file {
+                    return Err(ConfigError::at(
+                        &file,
+                        0,
+                        format!(
+                            "a second sluice config file in one directory (the first is {})",
+                            first.display()
+                        ),
+                    ));
+                }
+                sluice_file = Some((file, *c));
+            }
+        }
+    }
+
+    let Some((config_path, mut file)) = sluice_file else {
+        let rules = RuleSet::compile(&domains)?;
+        return Ok(reader.finish(
+            rules,
+            None,
+            EngineSettings::default(),
+            ResponseSettings::default(),
+        ));
+    };
+
+    for (path, domain) in std::mem::take(&mut file.domains)
+        .into_iter()
+        .map(|d| (config_path.clone(), d))
+    {
+        domains.push((path, domain));
+    }
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    for pattern in &file.include {
+        for included in expand_include(&config_path, base, pattern)? {
+            match reader.read_any(&included)? {
+                AnyFile::Domain(d) => domains.push((included, d)),
+                AnyFile::Sluice(_) => {
+                    return Err(ConfigError::at(
+                        &included,
+                        0,
+                        "included files must be envoyproxy/ratelimit domain files (with a top-level `domain:`)",
+                    ));
+                }
+            }
+        }
+    }
+    validate_engine(&config_path, &file.engine)?;
+    let rules = RuleSet::compile(&domains)?;
+    let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
+    let authz = file
+        .authz
+        .as_ref()
+        .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
+        .transpose()?;
+    Ok(reader.finish(rules, authz, file.engine, file.response))
+}
+
+/// The files a path stands for: itself, or the `*.yaml`/`*.yml` files of a directory, sorted.
+fn top_level_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let meta = std::fs::metadata(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| is_yaml(p) && p.is_file())
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ConfigError::at(
+            path,
+            0,
+            "directory holds no .yaml or .yml files",
+        ));
+    }
+    Ok(files)
+}
+
+fn is_yaml(p: &Path) -> bool {
+    let hidden = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    !hidden && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+fn expand_include(
+    config: &Path,
+    base: &Path,
+    pattern: &Spanned<String>,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let line = pattern.referenced.line();
+    let full = base.join(&pattern.value);
+    let full = full.to_string_lossy();
+    let paths = glob::glob(&full)
+        .map_err(|e| ConfigError::at(config, line, format!("include '{}': {e}", pattern.value)))?;
+    let mut found = Vec::new();
+    for p in paths {
+        let p = p.map_err(|e| {
+            ConfigError::at(config, line, format!("include '{}': {e}", pattern.value))
+        })?;
+        if p.is_dir() {
+            found.extend(top_level_files(&p)?);
+        } else {
+            found.push(p);
+        }
+    }
+    if found.is_empty() {
+        return Err(ConfigError::at(
+            config,
+            line,
+            format!("include '{}' matches no file", pattern.value),
+        ));
+    }
+    Ok(found)
+}
+
+fn validate_engine(config: &Path, engine: &EngineSettings) -> Result<(), ConfigError> {
+    let bad = |m: &str| Err(ConfigError::at(config, 0, format!("engine: {m}")));
+    if engine.max_keys == 0 {
+        return bad("max_keys must be at least 1");
+    }
+    if !(engine.max_lease_fraction > 0.0 && engine.max_lease_fraction <= 1.0) {
+        return bad("max_lease_fraction must be in (0, 1]");
+    }
+    if engine.lease_horizon.0.is_zero()
+        || engine.lease_ttl.0.is_zero()
+        || engine.idle_timeout.0.is_zero()
+    {
+        return bad("lease_horizon, lease_ttl and idle_timeout must be above zero");
+    }
+    Ok(())
+}
+
+fn load_maps(
+    reader: &mut Reader,
+    config: &Path,
+    base: &Path,
+    maps: &BTreeMap<String, Spanned<MapConfig>>,
+) -> Result<HashMap<String, Arc<ValueMap>>, ConfigError> {
+    let mut out = HashMap::new();
+    for (name, spec) in maps {
+        let line = spec.referenced.line();
+        let entries = match (&spec.value.file, &spec.value.entries) {
+            (Some(file), None) => {
+                let path = base.join(file);
+                reader.parse::<BTreeMap<String, String>>(&path)?
+            }
+            (None, Some(entries)) => entries.clone(),
+            _ => {
+                return Err(ConfigError::at(
+                    config,
+                    line,
+                    format!("map '{name}' needs exactly one of `file` or `entries`"),
+                ));
+            }
+        };
+        let map = ValueMap {
+            entries: entries.into_iter().collect(),
+            default: spec.value.default.clone(),
+        };
+        out.insert(name.clone(), Arc::new(map));
+    }
+    Ok(out)
+}
+
+enum AnyFile {
+    Domain(DomainFile),
+    Sluice(Box<ConfigFile>),
+}
+
+/// Reads files, remembering each one's path and content for the config version.
+#[derive(Default)]
+struct Reader {
+    files: Vec<PathBuf>,
+    /// FNV-1a 64 over every (path, content) read, in order.
+    hash: u64,
+}
+
+impl Reader {
+    fn read(&mut self, path: &Path) -> Result<String, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
+        if self.files.is_empty() {
+            self.hash = FNV_OFFSET;
+        }
+        self.hash = fnv1a(self.hash, path.to_string_lossy().as_bytes());
+        self.hash = fnv1a(self.hash, text.as_bytes());
+        self.files.push(path.to_path_buf());
+        Ok(text)
+    }
+
+    fn parse<T: DeserializeOwned>(&mut self, path: &Path) -> Result<T, ConfigError> {
+        let text = self.read(path)?;
+        parse_yaml(path, &text)
+    }
+
+    fn read_any(&mut self, path: &Path) -> Result<AnyFile, ConfigError> {
+        #[derive(Deserialize)]
+        struct Probe {
+            domain: Option<IgnoredAny>,
+        }
+        let text = self.read(path)?;
+        if text.trim().is_empty() {
+            return Err(ConfigError::at(path, 0, "file is empty"));
+        }
+        let probe: Probe = parse_yaml(path, &text)?;
+        Ok(if probe.domain.is_some() {
+            AnyFile::Domain(parse_yaml(path, &text)?)
+        } else {
+            AnyFile::Sluice(Box::new(parse_yaml(path, &text)?))
+        })
+    }
+
+    fn finish(
+        self,
+        rules: RuleSet,
+        authz: Option<AuthzPlan>,
+        engine: EngineSettings,
+        response: ResponseSettings,
+    ) -> Config {
+        Config {
+            rules,
+            authz,
+            engine,
+            response,
+            files: self.files,
+            version: format!("{:016x}", self.hash),
+        }
+    }
+}
+
+/// Parses YAML into `T`, turning the parser's error into `file:line: message`.
+pub(crate) fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    let docs: Vec<T> = serde_saphyr::from_multiple(text).map_err(|e| {
+        let line = e.location().map(|l| l.line()).unwrap_or(0);
+        let rendered = e.without_snippet().to_string();
+        let message = rendered
+            .lines()
+            .next()
+            .unwrap_or("invalid YAML")
+            .trim()
+            .to_string();
+        ConfigError::at(path, line, message)
+    })?;
+    let count = docs.len();
+    let mut docs = docs.into_iter();
+    match (docs.next(), count) {
+        (Some(doc), 1) => Ok(doc),
+        (None, _) => Err(ConfigError::at(path, 0, "holds no YAML document")),
+        _ => Err(ConfigError::at(
+            path,
+            0,
+            format!(
+                "holds {count} YAML documents; write one per file (envoyproxy/ratelimit would silently read only the first)"
+            ),
+        )),
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a 64: a stable hash (unlike std's seeded hasher) for config versions and rule identities.
+pub(crate) fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// FNV-1a 64 of `bytes` from the standard offset.
+pub(crate) fn fnv1a_of(bytes: &[u8]) -> u64 {
+    fnv1a(FNV_OFFSET, bytes)
+}

@@ -1,0 +1,268 @@
+//! The serde model of sluice's config file and of envoyproxy/ratelimit domain files.
+//!
+//! Every struct denies unknown fields, so a misspelled field is an error with its line, as it is
+//! in envoyproxy/ratelimit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::HumanDuration;
+
+/// sluice's own config file (the file given to `sluice serve --config`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Domains written inline, in envoyproxy/ratelimit's format.
+    #[serde(default)]
+    pub domains: Vec<DomainFile>,
+    /// Paths or globs (relative to this file) of envoyproxy/ratelimit domain files.
+    #[serde(default)]
+    pub include: Vec<Spanned<String>>,
+    /// How ext_authz requests become descriptors; without it, `Check` allows every request.
+    pub authz: Option<AuthzConfig>,
+    /// Named value maps for `authz` entries (e.g. API key → tier).
+    #[serde(default)]
+    pub maps: BTreeMap<String, Spanned<MapConfig>>,
+    /// Engine tuning: key bounds and lease sizing.
+    #[serde(default)]
+    pub engine: EngineSettings,
+    /// What responses carry besides the decision.
+    #[serde(default)]
+    pub response: ResponseSettings,
+}
+
+/// One domain, exactly as an envoyproxy/ratelimit config file writes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainFile {
+    /// The domain name Envoy sends.
+    pub domain: Spanned<String>,
+    /// The descriptor tree.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// One level of a descriptor tree.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorConfig {
+    /// The entry key to match.
+    pub key: Spanned<String>,
+    /// The value to match: exact, or a pattern with `*` wildcards; absent matches any value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// The limit for a request whose descriptor ends here; absent exempts it.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// Deeper levels.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+    /// Decide and count, but always answer OK.
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Accepted for compatibility; sluice never labels metrics with raw values.
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Accepted for compatibility; sluice never labels metrics with raw values.
+    #[serde(default)]
+    pub value_to_metric: bool,
+}
+
+/// `rate_limit:` of a descriptor, with sluice's extensions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// `second` … `year`, any case; must be absent when `unlimited`.
+    pub unit: Option<Spanned<String>>,
+    /// Requests per unit (Envoy's API carries it as uint32).
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    /// Never limit; reported as OK without a limit.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// The rule's name: shown in responses, metrics and `replaces`.
+    pub name: Option<String>,
+    /// Names of rules this one replaces when both match one request.
+    #[serde(default)]
+    pub replaces: Vec<ReplacesConfig>,
+    /// sluice: bucket size; defaults to `requests_per_unit`.
+    pub burst: Option<u32>,
+    /// sluice: how the limit is shared across instances.
+    pub mode: Option<Mode>,
+    /// sluice: what to do when the global store is unavailable.
+    pub fallback: Option<Fallback>,
+}
+
+/// An entry of `replaces:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplacesConfig {
+    /// The replaced rule's name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// How a limit is shared across sluice instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One global limit; instances lease tokens in batches and decide locally (default).
+    #[default]
+    Strict,
+    /// One global limit; every decision asks the global store.
+    Exact,
+    /// A limit per instance; never touches the global store.
+    Local,
+}
+
+impl Mode {
+    /// The config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Strict => "strict",
+            Mode::Exact => "exact",
+            Mode::Local => "local",
+        }
+    }
+}
+
+/// What a rule does while the global store cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// Enforce this instance's share of the limit locally (default).
+    #[default]
+    LocalShare,
+    /// Allow every request.
+    Allow,
+    /// Deny every request.
+    Deny,
+}
+
+/// `authz:`: how ext_authz `Check` requests become descriptors.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthzConfig {
+    /// The domain the built descriptors are checked in.
+    pub domain: Spanned<String>,
+    /// How many proxies in front of Envoy append to X-Forwarded-For (0: use the peer address).
+    #[serde(default)]
+    pub trusted_hops: u32,
+    /// Descriptors to build, each a list of entries.
+    pub descriptors: Vec<Vec<AuthzEntryConfig>>,
+}
+
+/// One entry of an authz descriptor: a key and where its value comes from.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthzEntryConfig {
+    /// The descriptor key.
+    pub key: Spanned<String>,
+    /// Where the value comes from.
+    pub from: Source,
+    /// Translate the value through this named map.
+    pub map: Option<Spanned<String>>,
+}
+
+/// Where an authz entry's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Source {
+    /// The client address: X-Forwarded-For (honouring `trusted_hops`), else the peer address.
+    ClientIp,
+    /// The request path, without the query string.
+    Path,
+    /// The HTTP method.
+    Method,
+    /// The Host / :authority.
+    Host,
+    /// A request header (case-insensitive name).
+    Header(String),
+    /// A context extension set on the route by Envoy's ext_authz per-route config.
+    ContextExtension(String),
+    /// An API key: `x-api-key` header, `Authorization: Bearer`, or the `api_key` query parameter.
+    ApiKey(ApiKeySource),
+    /// A literal value.
+    Value(String),
+}
+
+/// Where to look for an API key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySource {
+    /// The header carrying the key.
+    #[serde(default = "default_api_key_header")]
+    pub header: String,
+    /// The query parameter carrying the key.
+    #[serde(default = "default_api_key_query")]
+    pub query_param: String,
+}
+
+fn default_api_key_header() -> String {
+    "x-api-key".to_string()
+}
+
+fn default_api_key_query() -> String {
+    "api_key".to_string()
+}
+
+/// A named map: inline `entries` or a YAML `file` of `key: value` lines.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapConfig {
+    /// A YAML file (relative to the config file) holding one mapping of strings.
+    pub file: Option<String>,
+    /// Inline entries.
+    pub entries: Option<BTreeMap<String, String>>,
+    /// The value for keys the map lacks; without it such a descriptor is skipped.
+    pub default: Option<String>,
+}
+
+/// `engine:` tuning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSettings {
+    /// Most keys tracked at once; idle keys are evicted first when it is reached.
+    pub max_keys: usize,
+    /// Keys unused for this long are evicted.
+    pub idle_timeout: HumanDuration,
+    /// A lease holds about the tokens this instance spends in this long.
+    pub lease_horizon: HumanDuration,
+    /// A lease holds at most this fraction of the burst.
+    pub max_lease_fraction: f64,
+    /// Leased tokens unspent this long go back to the global bucket.
+    pub lease_ttl: HumanDuration,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            max_keys: 1_000_000,
+            idle_timeout: HumanDuration(Duration::from_secs(600)),
+            lease_horizon: HumanDuration(Duration::from_millis(100)),
+            max_lease_fraction: 0.05,
+            lease_ttl: HumanDuration(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// `response:` what answers carry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResponseSettings {
+    /// Add `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10) to ext_authz answers.
+    pub ratelimit_headers: bool,
+    /// Also add the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
+    pub legacy_x_ratelimit_headers: bool,
+}
+
+impl Default for ResponseSettings {
+    fn default() -> Self {
+        Self {
+            ratelimit_headers: true,
+            legacy_x_ratelimit_headers: false,
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Compiled descriptor rules and matching, with envoyproxy/ratelimit's semantics.
+//!
+//! For each entry of a request descriptor, in order, a level of the domain's tree is searched:
+//! an exact `key`+`value` first, then `value` patterns with `*` wildcards (in file order), then a
+//! `key` with no value (matching any value). A rule applies only if it sits where the request's
+//! *last* entry lands; a level with no `rate_limit` exempts the request. A descriptor longer than
+//! the tree matches nothing.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::Unit;
+use crate::bucket::Rate;
+use crate::config::load::{fnv1a, fnv1a_of};
+use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
+use crate::config::{ConfigError, Fallback, Mode};
+use crate::descriptor::Entry;
+
+/// Index of a rule in its [`RuleSet`].
+pub type RuleId = u32;
+
+/// What a matched rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// `unlimited: true`: always OK, reported without a limit.
+    Unlimited,
+    /// A token bucket.
+    Limited {
+        /// The bucket's rate and burst.
+        rate: Rate,
+        /// How the bucket is shared across instances.
+        mode: Mode,
+        /// What happens while the global store is unavailable.
+        fallback: Fallback,
+    },
+}
+
+/// One `rate_limit` of a domain's descriptor tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Its index in the rule set.
+    pub id: RuleId,
+    /// The domain it belongs to.
+    pub domain: String,
+    /// The descriptor path, e.g. `remote_address` or `api_key=* > path=/upload`.
+    pub path: String,
+    /// `rate_limit.name` when given: reported in `current_limit.name` and used by `replaces`.
+    pub explicit_name: Option<String>,
+    /// The limit.
+    pub limit: Limit,
+    /// Decide and count, but answer OK.
+    pub shadow_mode: bool,
+    /// Names of rules this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// A stable identity of (domain, path, limit): buckets of an unchanged rule survive reloads.
+    pub fingerprint: u64,
+    /// Where the rule is written.
+    pub file: PathBuf,
+    /// The line of its descriptor's `key`.
+    pub line: u64,
+}
+
+impl Rule {
+    /// The name for metrics, logs and headers: the explicit name, else the domain and path.
+    pub fn label(&self) -> String {
+        match &self.explicit_name {
+            Some(n) => n.clone(),
+            None => format!("{}:{}", self.domain, self.path),
+        }
+    }
+}
+
+/// The result of matching one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match<'a> {
+    /// No config for the request's domain.
+    UnknownDomain,
+    /// The domain is known but no rule applies (or an exempting level matched).
+    NoRule,
+    /// This rule applies.
+    Rule(&'a Rule),
+}
+
+/// Every domain's compiled descriptor tree.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    domains: HashMap<String, usize>,
+    nodes: Vec<Node>,
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    rule: Option<RuleId>,
+    children: HashMap<String, KeyLevel>,
+}
+
+#[derive(Debug, Default)]
+struct KeyLevel {
+    exact: HashMap<String, usize>,
+    patterns: Vec<(String, usize)>,
+    any: Option<usize>,
+}
+
+impl RuleSet {
+    /// Compiles and validates domain files (each with the file it came from).
+    pub fn compile(domains: &[(PathBuf, DomainFile)]) -> Result<Self, ConfigError> {
+        let mut set = RuleSet::default();
+        let mut seen: HashMap<&str, (&Path, u64)> = HashMap::new();
+        for (file, domain) in domains {
+            let name = domain.domain.value.as_str();
+            let line = domain.domain.referenced.line();
+            if name.is_empty() {
+                return Err(ConfigError::at(
+                    file,
+                    line,
+                    "config file cannot have empty domain",
+                ));
+            }
+            if let Some((other, other_line)) = seen.insert(name, (file, line)) {
+                return Err(ConfigError::at(
+                    file,
+                    line,
+                    format!(
+                        "duplicate domain '{name}' (also at {}:{other_line})",
+                        other.display()
+                    ),
+                ));
+            }
+            let root = set.new_node();
+            set.domains.insert(name.to_string(), root);
+            set.add_level(file, name, "", root, &domain.descriptors)?;
+        }
+        Ok(set)
+    }
+
+    fn new_node(&mut self) -> usize {
+        self.nodes.push(Node::default());
+        self.nodes.len() - 1
+    }
+
+    fn add_level(
+        &mut self,
+        file: &Path,
+        domain: &str,
+        parent_path: &str,
+        parent: usize,
+        descriptors: &[DescriptorConfig],
+    ) -> Result<(), ConfigError> {
+        for d in descriptors {
+            let key = d.key.value.as_str();
+            let line = d.key.referenced.line();
+            if key.is_empty() {
+                return Err(ConfigError::at(file, line, "descriptor has empty key"));
+            }
+            let value = d.value.as_deref().filter(|v| !v.is_empty());
+            let step = match value {
+                Some(v) => format!("{key}={v}"),
+                None => key.to_string(),
+            };
+            let path = if parent_path.is_empty() {
+                step
+            } else {
+                format!("{parent_path} > {step}")
+            };
+            let node = self.new_node();
+            let level = self.nodes[parent]
+                .children
+                .entry(key.to_string())
+                .or_default();
+            let duplicate = match value {
+                None => level.any.replace(node).is_some(),
+                Some(v) if v.contains('*') => {
+                    let dup = level.patterns.iter().any(|(p, _)| p == v);
+                    level.patterns.push((v.to_string(), node));
+                    dup
+                }
+                Some(v) => level.exact.insert(v.to_string(), node).is_some(),
+            };
+            if duplicate {
+                return Err(ConfigError::at(
+                    file,
+                    line,
+                    format!("duplicate descriptor composite key '{domain}: {path}'"),
+                ));
+            }
+            if let Some(rl) = &d.rate_limit {
+                let id = RuleId::try_from(self.rules.len())
+                    .map_err(|_| ConfigError::at(file, line, "too many rules"))?;
+                let rule = compile_rule(file, line, domain, &path, d.shadow_mode, rl, id)?;
+                self.rules.push(rule);
+                self.nodes[node].rule = Some(id);
+            }
+            self.add_level(file, domain, &path, node, &d.descriptors)?;
+        }
+        Ok(())
+    }
+
+    /// Finds the rule for `entries` in `domain`.
+    pub fn match_descriptor(&self, domain: &str, entries: &[Entry]) -> Match<'_> {
+        let Some(&root) = self.domains.get(domain) else {
+            return Match::UnknownDomain;
+        };
+        let mut node = &self.nodes[root];
+        let last = entries.len().saturating_sub(1);
+        for (i, entry) in entries.iter().enumerate() {
+            let Some(level) = node.children.get(&entry.key) else {
+                break;
+            };
+            let next = level
+                .exact
+                .get(&entry.value)
+                .or_else(|| {
+                    level
+                        .patterns
+                        .iter()
+                        .find(|(p, _)| wildcard_match(p, &entry.value))
+                        .map(|(_, n)| n)
+                })
+                .or(level.any.as_ref());
+            let Some(&next) = next else {
+                break;
+            };
+            node = &self.nodes[next];
+            if i == last {
+                return match node.rule {
+                    Some(id) => Match::Rule(&self.rules[id as usize]),
+                    None => Match::NoRule,
+                };
+            }
+        }
+        Match::NoRule
+    }
+
+    /// Every rule, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rule with this id.
+    pub fn rule(&self, id: RuleId) -> Option<&Rule> {
+        self.rules.get(id as usize)
+    }
+
+    /// Whether `domain` has a config.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// The configured domains, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut d: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        d.sort_unstable();
+        d
+    }
+}
+
+fn compile_rule(
+    file: &Path,
+    line: u64,
+    domain: &str,
+    path: &str,
+    shadow_mode: bool,
+    rl: &RateLimitConfig,
+    id: RuleId,
+) -> Result<Rule, ConfigError> {
+    let err = |l: u64, m: String| ConfigError::at(file, l, m);
+    let unit = match &rl.unit {
+        Some(u) => Some(
+            u.value
+                .parse::<Unit>()
+                .map_err(|m| err(u.referenced.line(), m))?,
+        ),
+        None => None,
+    };
+    let limit = if rl.unlimited {
+        if unit.is_some() {
+            return Err(err(
+                line,
+                "should not specify rate limit unit when unlimited".into(),
+            ));
+        }
+        if rl.burst.is_some()
+            || rl.mode.is_some()
+            || rl.fallback.is_some()
+            || rl.requests_per_unit != 0
+        {
+            return Err(err(
+                line,
+                "an unlimited rate_limit takes no requests_per_unit, burst, mode or fallback"
+                    .into(),
+            ));
+        }
+        Limit::Unlimited
+    } else {
+        let Some(unit) = unit else {
+            return Err(err(
+                line,
+                "invalid rate limit unit '' (rate_limit needs a unit)".into(),
+            ));
+        };
+        let rpu = u64::from(rl.requests_per_unit);
+        Limit::Limited {
+            rate: Rate {
+                requests_per_unit: rpu,
+                unit,
+                burst: rl.burst.map_or(rpu, u64::from),
+            },
+            mode: rl.mode.unwrap_or_default(),
+            fallback: rl.fallback.unwrap_or_default(),
+        }
+    };
+    let mut replaces = Vec::with_capacity(rl.replaces.len());
+    for r in &rl.replaces {
+        if r.name.is_empty() {
+            return Err(err(line, "should not have an empty replaces entry".into()));
+        }
+        if rl.name.as_deref() == Some(r.name.as_str()) {
+            return Err(err(
+                line,
+                "replaces should not contain name of same descriptor".into(),
+            ));
+        }
+        replaces.push(r.name.clone());
+    }
+    let explicit_name = rl.name.clone().filter(|n| !n.is_empty());
+    let identity = format!("{domain}\u{0}{path}\u{0}{limit:?}");
+    let fingerprint = fnv1a(fnv1a_of(identity.as_bytes()), &[u8::from(shadow_mode)]);
+    Ok(Rule {
+        id,
+        domain: domain.to_string(),
+        path: path.to_string(),
+        explicit_name,
+        limit,
+        shadow_mode,
+        replaces,
+        fingerprint,
+        file: file.to_path_buf(),
+        line,
+    })
+}
+
+/// Whether `value` matches `pattern`, where each `*` matches any run of characters (even none).
+pub fn wildcard_match(pattern: &str, value: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = value.strip_prefix(first) else {
+        return false;
+    };
+    let pieces: Vec<&str> = parts.collect();
+    let Some((last, middle)) = pieces.split_last() else {
+        return rest.is_empty();
+    };
+    for piece in middle {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests;

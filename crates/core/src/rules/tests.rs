@@ -1,0 +1,266 @@
+use super::*;
+use crate::config::load_config;
+use proptest::prelude::*;
+use std::io::Write;
+
+/// Writes `text` to a temp file and loads it.
+fn load(text: &str) -> Result<crate::config::Config, ConfigError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("limits.yaml");
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .expect("write");
+    load_config(&path)
+}
+
+fn rule_of<'a>(set: &'a RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Match<'a> {
+    let entries: Vec<Entry> = pairs.iter().map(|(k, v)| Entry::new(*k, *v)).collect();
+    set.match_descriptor(domain, &entries)
+}
+
+fn name_of(m: Match<'_>) -> Option<String> {
+    match m {
+        Match::Rule(r) => Some(r.label()),
+        _ => None,
+    }
+}
+
+/// The example from envoyproxy/ratelimit's README, unchanged.
+const RATELIMIT_README: &str = r#"
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+---
+"#;
+
+const EXAMPLE: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      name: per_ip
+      unit: minute
+      requests_per_unit: 10
+  - key: remote_address
+    value: 10.0.0.1
+  - key: path
+    value: /api/*/upload
+    rate_limit:
+      name: uploads
+      unit: hour
+      requests_per_unit: 5
+  - key: path
+    value: /api/v1/upload
+    rate_limit:
+      name: v1_uploads
+      unit: hour
+      requests_per_unit: 50
+  - key: tenant
+    descriptors:
+      - key: tier
+        value: free
+        rate_limit: {unit: second, requests_per_unit: 1, name: free}
+      - key: tier
+        rate_limit: {unit: second, requests_per_unit: 100, burst: 200, mode: local, name: paid}
+"#;
+
+#[test]
+fn loads_envoyproxy_ratelimit_files_unchanged() {
+    let config = load(RATELIMIT_README).expect("loads");
+    let m = rule_of(&config.rules, "mongo_cps", &[("database", "users")]);
+    let Match::Rule(rule) = m else {
+        panic!("no rule: {m:?}")
+    };
+    assert_eq!(
+        rule.limit,
+        Limit::Limited {
+            rate: Rate::per_unit(500, Unit::Second),
+            mode: Mode::Strict,
+            fallback: Fallback::LocalShare,
+        }
+    );
+    assert_eq!(
+        rule_of(&config.rules, "mongo_cps", &[("database", "other")]),
+        Match::NoRule
+    );
+    assert_eq!(
+        rule_of(&config.rules, "nope", &[("database", "users")]),
+        Match::UnknownDomain
+    );
+}
+
+#[test]
+fn most_specific_match_wins_and_a_value_without_limit_exempts() {
+    let config = load(EXAMPLE).expect("loads");
+    let rules = &config.rules;
+    assert_eq!(
+        name_of(rule_of(rules, "edge", &[("remote_address", "1.2.3.4")])).as_deref(),
+        Some("per_ip")
+    );
+    assert_eq!(
+        rule_of(rules, "edge", &[("remote_address", "10.0.0.1")]),
+        Match::NoRule,
+        "exempt"
+    );
+    assert_eq!(
+        name_of(rule_of(rules, "edge", &[("path", "/api/v1/upload")])).as_deref(),
+        Some("v1_uploads"),
+        "exact beats wildcard"
+    );
+    assert_eq!(
+        name_of(rule_of(rules, "edge", &[("path", "/api/v2/upload")])).as_deref(),
+        Some("uploads"),
+        "wildcard in the middle"
+    );
+    assert_eq!(
+        rule_of(rules, "edge", &[("path", "/api/v2/download")]),
+        Match::NoRule
+    );
+}
+
+#[test]
+fn nested_rules_apply_only_at_the_last_entry() {
+    let config = load(EXAMPLE).expect("loads");
+    let rules = &config.rules;
+    assert_eq!(
+        name_of(rule_of(rules, "edge", &[("tenant", "a"), ("tier", "free")])).as_deref(),
+        Some("free")
+    );
+    let paid = rule_of(rules, "edge", &[("tenant", "a"), ("tier", "gold")]);
+    let Match::Rule(rule) = paid else {
+        panic!("{paid:?}")
+    };
+    assert_eq!(
+        rule.limit,
+        Limit::Limited {
+            rate: Rate {
+                requests_per_unit: 100,
+                unit: Unit::Second,
+                burst: 200
+            },
+            mode: Mode::Local,
+            fallback: Fallback::LocalShare,
+        }
+    );
+    assert_eq!(
+        rule_of(rules, "edge", &[("tenant", "a")]),
+        Match::NoRule,
+        "tenant alone has no limit"
+    );
+    assert_eq!(
+        rule_of(
+            rules,
+            "edge",
+            &[("remote_address", "1.2.3.4"), ("extra", "x")]
+        ),
+        Match::NoRule,
+        "a descriptor longer than the tree matches nothing"
+    );
+    assert_eq!(rule_of(rules, "edge", &[]), Match::NoRule);
+}
+
+fn load_err(text: &str) -> String {
+    let e = load(text).expect_err("must be rejected");
+    assert!(e.file.ends_with("limits.yaml"), "{e}");
+    format!("{}: {}", e.line, e.message)
+}
+
+#[test]
+fn rejects_what_envoyproxy_ratelimit_rejects_with_the_line() {
+    let dup = "domain: d\ndescriptors:\n  - key: a\n    value: x\n  - key: a\n    value: x\n";
+    assert!(
+        load_err(dup).starts_with("5: duplicate descriptor composite key"),
+        "{}",
+        load_err(dup)
+    );
+    let unlimited_unit =
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n";
+    assert!(load_err(unlimited_unit).contains("should not specify rate limit unit when unlimited"));
+    let self_replace = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n";
+    assert!(load_err(self_replace).contains("replaces should not contain name of same descriptor"));
+    let misspelled = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      request_per_unit: 5\n";
+    let e = load_err(misspelled);
+    assert!(
+        e.starts_with("6: ") && e.contains("request_per_unit"),
+        "{e}"
+    );
+    let bad_unit = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 5\n";
+    assert!(
+        load_err(bad_unit).starts_with("5: invalid rate limit unit 'fortnight'"),
+        "{}",
+        load_err(bad_unit)
+    );
+    let no_unit = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 5}\n";
+    assert!(load_err(no_unit).contains("invalid rate limit unit"));
+    let empty_domain = "domain: ''\ndescriptors: []\n";
+    assert!(load_err(empty_domain).contains("empty domain"));
+    let empty_key = "domain: d\ndescriptors:\n  - key: ''\n";
+    assert!(load_err(empty_key).contains("empty key"));
+    let bad_mode = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, mode: eventually}\n";
+    assert!(
+        load_err(bad_mode).starts_with("4: "),
+        "{}",
+        load_err(bad_mode)
+    );
+}
+
+#[test]
+fn numeric_values_load_as_strings() {
+    let text = "domain: d\ndescriptors:\n  - key: status\n    value: 200\n    rate_limit: {unit: second, requests_per_unit: 3}\n";
+    let config = load(text).expect("loads");
+    assert!(matches!(
+        rule_of(&config.rules, "d", &[("status", "200")]),
+        Match::Rule(_)
+    ));
+}
+
+#[test]
+fn fingerprints_are_stable_and_follow_the_limit() {
+    let a = load(EXAMPLE).expect("loads");
+    let b = load(EXAMPLE).expect("loads");
+    let fa: Vec<u64> = a.rules.rules().iter().map(|r| r.fingerprint).collect();
+    let fb: Vec<u64> = b.rules.rules().iter().map(|r| r.fingerprint).collect();
+    assert_eq!(fa, fb);
+    let changed =
+        load(&EXAMPLE.replace("requests_per_unit: 10", "requests_per_unit: 11")).expect("loads");
+    assert_ne!(changed.rules.rules()[0].fingerprint, fa[0]);
+    assert_eq!(changed.rules.rules()[1].fingerprint, fa[1]);
+}
+
+#[test]
+fn wildcards_match_anywhere() {
+    assert!(wildcard_match("*", ""));
+    assert!(wildcard_match("foo*", "foobar"));
+    assert!(wildcard_match("*bar", "foobar"));
+    assert!(wildcard_match("f*o*r", "foobar"));
+    assert!(wildcard_match("a*a", "aa"));
+    assert!(!wildcard_match("a*a", "a"));
+    assert!(!wildcard_match("foo*", "fo"));
+    assert!(!wildcard_match("*x*", "abc"));
+}
+
+proptest! {
+    /// Replacing any slice of a value by `*` gives a pattern that matches it.
+    #[test]
+    fn a_value_matches_its_own_wildcarded_forms(value in "[a-c/]{0,12}", a in 0usize..13, b in 0usize..13) {
+        let (lo, hi) = (a.min(b).min(value.len()), a.max(b).min(value.len()));
+        let pattern = format!("{}*{}", &value[..lo], &value[hi..]);
+        prop_assert!(wildcard_match(&pattern, &value));
+    }
+
+    /// A pattern without `*` matches only itself.
+    #[test]
+    fn literal_patterns_are_exact(p in "[a-c]{0,6}", v in "[a-c]{0,6}") {
+        prop_assert_eq!(wildcard_match(&p, &v), p == v);
+    }
+}
