@@ -1,1 +1,28 @@
-//! placeholder
+//! sluice's decision engine: descriptors → rules → local leased token buckets.
+//!
+//! Decisions are made in this process, from token leases held in a [`DashMap`](dashmap::DashMap);
+//! the [`GlobalStore`] is asked only to grant or take back leases, off the common path.
+//!
+//! # Layout
+//! - [`store`]: the [`GlobalStore`] trait (the global buckets) and its error type.
+//! - [`memory`]: [`MemoryStore`], the embedded in-memory global store (the default).
+//! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key.
+//! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's local state.
+//! - [`engine`]: [`Engine`], the decision procedure (all-or-nothing across descriptors).
+//! - [`maintenance`]: lease return, idle eviction and the `max_keys` bound.
+//! - [`metrics`]: the engine's Prometheus series.
+
+pub mod bucket;
+pub mod engine;
+pub mod key;
+pub mod maintenance;
+pub mod memory;
+pub mod metrics;
+pub mod store;
+
+pub use engine::{
+    Code, Decision, DescriptorOutcome, Engine, EngineSettings, LimitInfo, RateLimitRequest,
+};
+pub use memory::MemoryStore;
+pub use metrics::EngineMetrics;
+pub use store::{GlobalStore, LeaseGrant, StoreError};

@@ -1,0 +1,600 @@
+//! The decision procedure.
+//!
+//! For a request: match every descriptor to a rule, drop rules that others `replace`, find each
+//! key's [`LeaseBucket`], make sure leases can cover the hits (asking the global store only when a
+//! lease runs dry), then charge all buckets or none under their locks, taken in a fixed order.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
+use sluice_core::bucket::Rate;
+use sluice_core::config::{Fallback, Mode};
+use sluice_core::rules::{Limit, Match, RuleId};
+use sluice_core::{Clock, Descriptor, RuleSet};
+
+use crate::bucket::LeaseBucket;
+use crate::key::{self, BucketKey};
+use crate::metrics::EngineMetrics;
+use crate::store::{GlobalStore, StoreError};
+
+/// Engine tuning, in the engine's units.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Most keys tracked at once.
+    pub max_keys: usize,
+    /// Keys unused this long are evicted.
+    pub idle_timeout: Duration,
+    /// A lease holds about the tokens spent in this long.
+    pub lease_horizon: Duration,
+    /// A lease holds at most this fraction of the burst.
+    pub max_lease_fraction: f64,
+    /// Leased tokens unspent this long go back.
+    pub lease_ttl: Duration,
+}
+
+impl From<&sluice_core::config::EngineSettings> for EngineSettings {
+    fn from(c: &sluice_core::config::EngineSettings) -> Self {
+        Self {
+            max_keys: c.max_keys,
+            idle_timeout: c.idle_timeout.0,
+            lease_horizon: c.lease_horizon.0,
+            max_lease_fraction: c.max_lease_fraction,
+            lease_ttl: c.lease_ttl.0,
+        }
+    }
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        (&sluice_core::config::EngineSettings::default()).into()
+    }
+}
+
+/// One rate-limit question: Envoy's `RateLimitRequest`, or descriptors built by ext_authz.
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimitRequest<'a> {
+    /// The domain.
+    pub domain: &'a str,
+    /// The descriptors, each decided, all charged or none.
+    pub descriptors: &'a [Descriptor],
+    /// Request-wide hits; 0 means 1 (proto3 cannot tell unset from 0).
+    pub hits_addend: u64,
+}
+
+/// A decision's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit.
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit that applied to a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitInfo {
+    /// Rate and burst.
+    pub rate: Rate,
+    /// The rule, or `None` for a caller-supplied override.
+    pub rule: Option<RuleId>,
+    /// Sharing mode.
+    pub mode: Mode,
+    /// Store-down behaviour.
+    pub fallback: Fallback,
+    /// Whether the rule is in shadow mode.
+    pub shadow: bool,
+}
+
+/// The decision for one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DescriptorOutcome {
+    /// OK or over the limit (shadow-mode rules always report OK).
+    pub code: Code,
+    /// The limit that applied; `None` when none did.
+    pub limit: Option<LimitInfo>,
+    /// Whole tokens left after this decision.
+    pub remaining: u64,
+    /// Time until the bucket is full again.
+    pub until_full: Duration,
+    /// When over the limit: time until this request could pass; `None` if it never can.
+    pub retry_after: Option<Duration>,
+    /// A shadow-mode rule that would have denied.
+    pub shadow_over_limit: bool,
+    /// Decided by the rule's fallback because the global store was unavailable.
+    pub fallback: bool,
+}
+
+impl DescriptorOutcome {
+    fn unlimited() -> Self {
+        Self {
+            code: Code::Ok,
+            limit: None,
+            remaining: 0,
+            until_full: Duration::ZERO,
+            retry_after: None,
+            shadow_over_limit: false,
+            fallback: false,
+        }
+    }
+}
+
+/// The decision for a whole request.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Over the limit if any descriptor is.
+    pub overall: Code,
+    /// One outcome per request descriptor, in order.
+    pub outcomes: Vec<DescriptorOutcome>,
+    /// The rules the decision was made with (to name rules in answers).
+    pub rules: Arc<RuleSet>,
+    /// The domain has no config (everything is OK, as in envoyproxy/ratelimit).
+    pub unknown_domain: bool,
+}
+
+/// A descriptor's plan during a decision.
+struct Plan {
+    index: usize,
+    info: LimitInfo,
+    hits: u64,
+    bucket: Arc<LeaseBucket>,
+    /// Set when the store failed for this bucket during this decision.
+    store_down: bool,
+}
+
+/// The decision engine.
+pub struct Engine {
+    clock: Arc<dyn Clock>,
+    rules: ArcSwap<RuleSet>,
+    store: Arc<dyn GlobalStore>,
+    /// Bucket keys → local state. `Arc` values let a decision drop the map's shard lock before
+    /// taking the bucket's own lock, so no map lock is ever held while another is taken.
+    pub(crate) buckets: DashMap<BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>,
+    pub(crate) settings: EngineSettings,
+    pub(crate) metrics: EngineMetrics,
+    /// Live instances sharing the global store (for `fallback: local_share`); at least 1.
+    live_instances: AtomicU64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store.name())
+            .field("keys", &self.buckets.len())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine deciding with `rules` over `store`.
+    pub fn new(
+        rules: RuleSet,
+        store: Arc<dyn GlobalStore>,
+        clock: Arc<dyn Clock>,
+        settings: EngineSettings,
+        metrics: EngineMetrics,
+    ) -> Self {
+        Self {
+            clock,
+            rules: ArcSwap::from_pointee(rules),
+            store,
+            buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            settings,
+            metrics,
+            live_instances: AtomicU64::new(1),
+        }
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
+    }
+
+    /// Swaps in new rules atomically. Buckets are keyed by rule fingerprint, so keys of unchanged
+    /// rules keep their state; keys of changed or removed rules go idle and are evicted.
+    pub fn swap_rules(&self, rules: RuleSet) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// The global store.
+    pub fn store(&self) -> &Arc<dyn GlobalStore> {
+        &self.store
+    }
+
+    /// The engine clock's current time, in microseconds.
+    pub fn now(&self) -> u64 {
+        self.clock.now_micros()
+    }
+
+    /// How many keys are tracked.
+    pub fn tracked_keys(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Sets the number of live instances sharing the store (for `local_share`).
+    pub fn set_live_instances(&self, n: u64) {
+        self.live_instances.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Decides a request.
+    pub async fn decide(&self, req: &RateLimitRequest<'_>) -> Decision {
+        let rules = self.rules.load_full();
+        let now = self.clock.now_micros();
+        let mut outcomes = vec![DescriptorOutcome::unlimited(); req.descriptors.len()];
+        if !rules.has_domain(req.domain) {
+            return Decision {
+                overall: Code::Ok,
+                outcomes,
+                rules,
+                unknown_domain: true,
+            };
+        }
+        let mut plans = self.plan(&rules, req, now);
+        self.ensure_leases(&mut plans, now).await;
+        let overall = self.charge(&plans, &mut outcomes, now);
+        Decision {
+            overall,
+            outcomes,
+            rules,
+            unknown_domain: false,
+        }
+    }
+
+    /// Matches descriptors to limits and finds their buckets.
+    fn plan(&self, rules: &RuleSet, req: &RateLimitRequest<'_>, now: u64) -> Vec<Plan> {
+        let default_hits = if req.hits_addend == 0 {
+            1
+        } else {
+            req.hits_addend
+        };
+        let mut plans = Vec::with_capacity(req.descriptors.len());
+        let mut replaced: Option<HashSet<&str>> = None;
+        for (index, d) in req.descriptors.iter().enumerate() {
+            let hits = d.hits_addend.unwrap_or(default_hits);
+            let (info, identity) = if let Some(o) = d.limit_override {
+                let rate = Rate::per_unit(o.requests_per_unit, o.unit);
+                let info = LimitInfo {
+                    rate,
+                    rule: None,
+                    mode: Mode::Strict,
+                    fallback: Fallback::LocalShare,
+                    shadow: false,
+                };
+                (info, override_identity(req.domain, &rate))
+            } else {
+                let Match::Rule(rule) = rules.match_descriptor(req.domain, &d.entries) else {
+                    continue;
+                };
+                let Limit::Limited {
+                    rate,
+                    mode,
+                    fallback,
+                } = rule.limit
+                else {
+                    continue;
+                };
+                if !rule.replaces.is_empty() {
+                    replaced
+                        .get_or_insert_with(HashSet::new)
+                        .extend(rule.replaces.iter().map(String::as_str));
+                }
+                let info = LimitInfo {
+                    rate,
+                    rule: Some(rule.id),
+                    mode,
+                    fallback,
+                    shadow: rule.shadow_mode,
+                };
+                (info, rule.fingerprint)
+            };
+            let bucket = self.bucket(identity, d, &info, now);
+            bucket.touch(now);
+            plans.push(Plan {
+                index,
+                info,
+                hits,
+                bucket,
+                store_down: false,
+            });
+        }
+        if let Some(replaced) = replaced {
+            plans.retain(|p| {
+                let name = p
+                    .info
+                    .rule
+                    .and_then(|id| rules.rule(id))
+                    .and_then(|r| r.explicit_name.as_deref());
+                !name.is_some_and(|n| replaced.contains(n))
+            });
+        }
+        plans
+    }
+
+    /// The bucket for a descriptor, created on first use.
+    fn bucket(
+        &self,
+        identity: u64,
+        d: &Descriptor,
+        info: &LimitInfo,
+        now: u64,
+    ) -> Arc<LeaseBucket> {
+        let found = key::with_encoded(identity, &d.entries, |k| {
+            self.buckets.get(k).map(|b| Arc::clone(b.value()))
+        });
+        if let Some(b) = found {
+            return b;
+        }
+        self.make_room(now);
+        let owned = key::with_encoded(identity, &d.entries, key::owned);
+        let store_key = key::store_key(identity, &d.entries);
+        let bucket = self
+            .buckets
+            .entry(owned)
+            .or_insert_with(|| {
+                Arc::new(LeaseBucket::new(
+                    info.rate,
+                    info.mode,
+                    info.fallback,
+                    store_key,
+                    now,
+                ))
+            })
+            .value()
+            .clone();
+        self.metrics.tracked_keys.set(self.buckets.len() as i64);
+        bucket
+    }
+
+    /// Asks the global store for tokens where a lease cannot cover this request's hits.
+    async fn ensure_leases(&self, plans: &mut [Plan], now: u64) {
+        for i in 0..plans.len() {
+            if plans[i].info.mode == Mode::Local {
+                continue;
+            }
+            // Hits of every plan on this same bucket (a request may repeat a descriptor).
+            let needed: u64 = plans
+                .iter()
+                .filter(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
+                .map(|p| p.hits)
+                .sum();
+            if plans[..i]
+                .iter()
+                .any(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
+            {
+                continue;
+            }
+            let plan = &plans[i];
+            let want = {
+                let state = plan.bucket.lock();
+                if needed == 0 {
+                    if state.global_known {
+                        continue;
+                    }
+                    None
+                } else if state.lease >= needed
+                    || (plan.info.mode == Mode::Strict && now < state.retry_at)
+                {
+                    continue;
+                } else {
+                    Some(self.lease_size(plan, needed - state.lease, state.demand_per_sec))
+                }
+            };
+            let down = match want {
+                None => self.peek_global(&plans[i].bucket, now).await,
+                Some(want) => {
+                    self.lease_from_store(&plans[i].bucket, want, needed, now)
+                        .await
+                }
+            };
+            if down {
+                let bucket = Arc::clone(&plans[i].bucket);
+                for p in plans.iter_mut().filter(|p| Arc::ptr_eq(&p.bucket, &bucket)) {
+                    p.store_down = true;
+                }
+            }
+        }
+    }
+
+    /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
+    /// `max_lease_fraction` of the burst (unless `missing` itself is more).
+    fn lease_size(&self, plan: &Plan, missing: u64, demand_per_sec: f64) -> u64 {
+        if plan.info.mode == Mode::Exact {
+            return missing;
+        }
+        let cap = ((plan.info.rate.burst as f64 * self.settings.max_lease_fraction).ceil() as u64)
+            .max(missing);
+        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
+        horizon.clamp(missing, cap)
+    }
+
+    /// Leases `want` tokens for `bucket`; returns whether the store was unavailable.
+    async fn lease_from_store(
+        &self,
+        bucket: &LeaseBucket,
+        want: u64,
+        needed: u64,
+        now: u64,
+    ) -> bool {
+        let started = Instant::now();
+        let result = self.store.lease(&bucket.store_key, bucket.rate, want).await;
+        self.observe("lease", started, &result);
+        match result {
+            Ok(grant) => {
+                self.metrics
+                    .lease_tokens
+                    .with_label_values(&["granted"])
+                    .inc_by(grant.granted);
+                let mut state = bucket.lock();
+                state.add_grant(grant.granted, grant.remaining, now);
+                if state.lease < needed {
+                    // Starved: wait for refill before asking again, at most one lease horizon.
+                    let until = bucket
+                        .rate
+                        .micros_until(grant.remaining, (needed - state.lease) as f64)
+                        .unwrap_or(u64::MAX);
+                    let horizon = self.settings.lease_horizon.as_micros() as u64;
+                    state.retry_at = now.saturating_add(until.clamp(1, horizon));
+                }
+                false
+            }
+            Err(e) => {
+                tracing::warn!(store = self.store.name(), error = %e, "lease failed; applying the rule's fallback");
+                true
+            }
+        }
+    }
+
+    /// Reads the global bucket for a peek; returns whether the store was unavailable.
+    async fn peek_global(&self, bucket: &LeaseBucket, _now: u64) -> bool {
+        let started = Instant::now();
+        let result = self.store.peek(&bucket.store_key, bucket.rate).await;
+        self.observe("peek", started, &result);
+        match result {
+            Ok(tokens) => {
+                let mut state = bucket.lock();
+                state.global_remaining = tokens;
+                state.global_known = true;
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    pub(crate) fn observe<T>(&self, op: &str, started: Instant, result: &Result<T, StoreError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(StoreError::Timeout) => "timeout",
+            Err(StoreError::Unavailable(_)) => "unavailable",
+            Err(StoreError::Protocol(_)) => "error",
+        };
+        self.metrics
+            .store_calls
+            .with_label_values(&[op, outcome])
+            .inc();
+        self.metrics
+            .store_latency
+            .with_label_values(&[op])
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Charges every bucket or none, and fills the outcomes.
+    fn charge(&self, plans: &[Plan], outcomes: &mut [DescriptorOutcome], now: u64) -> Code {
+        // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
+        let mut order: Vec<usize> = (0..plans.len()).collect();
+        order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
+        order.dedup_by_key(|i| Arc::as_ptr(&plans[*i].bucket) as usize);
+        let mut guards: Vec<_> = order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
+        let instances = self.live_instances.load(Ordering::Relaxed);
+
+        // Pass 1: can every enforcing bucket pay?
+        let mut allowed = true;
+        for (i, state) in &guards {
+            let needed = sum_hits(plans, *i);
+            let (mode, rate) = effective(&plans[*i], instances);
+            let pays = match (plans[*i].store_down, plans[*i].info.fallback) {
+                (true, Fallback::Allow) => true,
+                (true, Fallback::Deny) => needed == 0,
+                _ => state.spendable(mode, &rate, now) >= needed,
+            };
+            if !pays && !plans[*i].info.shadow {
+                allowed = false;
+            }
+        }
+        // Pass 2: charge (all or nothing) and report.
+        for (i, state) in &mut guards {
+            let plan = &plans[*i];
+            let needed = sum_hits(plans, *i);
+            let (mode, rate) = effective(plan, instances);
+            let forced = match (plan.store_down, plan.info.fallback) {
+                (true, Fallback::Allow) => Some(true),
+                (true, Fallback::Deny) => Some(needed == 0),
+                _ => None,
+            };
+            let pays = forced.unwrap_or_else(|| state.spendable(mode, &rate, now) >= needed);
+            if allowed && pays && forced.is_none() && needed > 0 {
+                state.spend(mode, &rate, now, needed);
+            }
+            let remaining = state.remaining(mode, &rate, now).max(0.0);
+            // Each descriptor reports its own bucket: one that could pay says OK even when another
+            // descriptor denied the request (and so nothing was charged). A peek (0 hits) reports
+            // whether one more request would pass.
+            let denied = if needed > 0 { !pays } else { remaining < 1.0 };
+            let report_denied = denied && !plan.info.shadow;
+            for p in plans
+                .iter()
+                .filter(|p| Arc::ptr_eq(&p.bucket, &plan.bucket))
+            {
+                let hits = p.hits.max(1) as f64;
+                outcomes[p.index] = DescriptorOutcome {
+                    code: if report_denied {
+                        Code::OverLimit
+                    } else {
+                        Code::Ok
+                    },
+                    limit: Some(p.info),
+                    remaining: remaining.floor() as u64,
+                    until_full: Duration::from_micros(rate.micros_until_full(remaining)),
+                    retry_after: if report_denied {
+                        rate.micros_until(remaining, hits)
+                            .map(Duration::from_micros)
+                    } else {
+                        None
+                    },
+                    shadow_over_limit: denied && p.info.shadow,
+                    fallback: plan.store_down,
+                };
+            }
+        }
+        // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
+        if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        }
+    }
+}
+
+/// Total hits of every plan on the same bucket as `plans[i]`.
+fn sum_hits(plans: &[Plan], i: usize) -> u64 {
+    plans
+        .iter()
+        .filter(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
+        .map(|p| p.hits)
+        .sum()
+}
+
+/// The mode and rate a plan is decided with: its own, or `local_share` while the store is down.
+fn effective(plan: &Plan, instances: u64) -> (Mode, Rate) {
+    let rate = plan.info.rate;
+    if plan.store_down && plan.info.fallback == Fallback::LocalShare {
+        let share = Rate {
+            requests_per_unit: (rate.requests_per_unit / instances).max(1),
+            unit: rate.unit,
+            burst: (rate.burst / instances).max(1),
+        };
+        (Mode::Local, share)
+    } else {
+        (plan.info.mode, rate)
+    }
+}
+
+/// A stable identity for a caller-supplied limit override in `domain`.
+fn override_identity(domain: &str, rate: &Rate) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!(
+        "override\u{0}{domain}\u{0}{}\u{0}{}",
+        rate.requests_per_unit, rate.unit
+    );
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+//! Bucket keys: one per (rule, descriptor values).
+//!
+//! A key is the rule's fingerprint followed by every entry's key and value, length-prefixed so
+//! no two different descriptors encode the same bytes. Lookups encode into a reused buffer, so a
+//! decision on a known key allocates nothing.
+
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::fmt::Write as _;
+
+use sluice_core::Entry;
+
+/// An owned bucket key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BucketKey(Box<[u8]>);
+
+impl Borrow<[u8]> for BucketKey {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl BucketKey {
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Encodes `(identity, entries)` into `out` (cleared first).
+pub fn encode_into(out: &mut Vec<u8>, identity: u64, entries: &[Entry]) {
+    out.clear();
+    out.extend_from_slice(&identity.to_le_bytes());
+    for e in entries {
+        for part in [&e.key, &e.value] {
+            // Keys and values are bounded (1 KiB) by the server, far below u32::MAX.
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+}
+
+/// Runs `f` on the encoded key, using a per-thread buffer instead of allocating.
+pub fn with_encoded<T>(identity: u64, entries: &[Entry], f: impl FnOnce(&[u8]) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            encode_into(&mut buf, identity, entries);
+            f(&buf)
+        }
+        // Re-entered (f itself encodes a key): fall back to a fresh buffer.
+        Err(_) => {
+            let mut buf = Vec::new();
+            encode_into(&mut buf, identity, entries);
+            f(&buf)
+        }
+    })
+}
+
+/// The owned key for `bytes`.
+pub fn owned(bytes: &[u8]) -> BucketKey {
+    BucketKey(bytes.into())
+}
+
+/// The global store's key for a bucket: `sluice:{<identity>:<values hash>}:<values>`.
+///
+/// The `{…}` hash tag gives each bucket a Redis Cluster slot of its own, so buckets spread across
+/// the cluster while every script call touches one key. The values follow the tag verbatim
+/// (escaped), so distinct descriptors never share a global bucket even if their hashes collide.
+pub fn store_key(identity: u64, entries: &[Entry]) -> String {
+    let mut values_hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut tail = String::new();
+    for e in entries {
+        for part in [&e.key, &e.value] {
+            for b in part.as_bytes() {
+                values_hash ^= u64::from(*b);
+                values_hash = values_hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            values_hash = (values_hash ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        if !tail.is_empty() {
+            tail.push('|');
+        }
+        escape_into(&mut tail, &e.key);
+        tail.push('=');
+        escape_into(&mut tail, &e.value);
+    }
+    format!("sluice:{{{identity:016x}:{values_hash:016x}}}:{tail}")
+}
+
+/// Escapes `|`, `=`, `\` and control bytes so the tail parses back unambiguously.
+fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '|' | '=' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+        pairs.iter().map(|(k, v)| Entry::new(*k, *v)).collect()
+    }
+
+    #[test]
+    fn different_descriptors_never_share_a_key() {
+        let a = entries(&[("ab", "c")]);
+        let b = entries(&[("a", "bc")]);
+        let c = entries(&[("a", "b"), ("c", "")]);
+        let keys: Vec<Vec<u8>> = [&a, &b, &c]
+            .iter()
+            .map(|e| with_encoded(7, e, <[u8]>::to_vec))
+            .collect();
+        assert_ne!(keys[0], keys[1]);
+        assert_ne!(keys[1], keys[2]);
+        assert_ne!(
+            with_encoded(7, &a, <[u8]>::to_vec),
+            with_encoded(8, &a, <[u8]>::to_vec)
+        );
+        assert_ne!(
+            store_key(1, &entries(&[("a", "b|c=d")])),
+            store_key(1, &entries(&[("a", "b"), ("c", "d")]))
+        );
+    }
+
+    #[test]
+    fn store_keys_carry_one_hash_tag() {
+        let k = store_key(0xabc, &entries(&[("remote_address", "10.0.0.1")]));
+        assert!(k.starts_with("sluice:{0000000000000abc:"), "{k}");
+        assert_eq!(k.matches('{').count(), 1);
+        assert!(k.ends_with("}:remote_address=10.0.0.1"), "{k}");
+    }
+}

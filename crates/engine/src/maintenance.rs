@@ -1,0 +1,160 @@
+//! Keeping the engine small and honest over time: lease return, idle eviction, `max_keys`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::bucket::Rate;
+use sluice_core::config::Mode;
+
+use crate::engine::Engine;
+
+/// Tokens to hand back to the global store.
+struct Return {
+    store_key: String,
+    rate: Rate,
+    tokens: u64,
+}
+
+impl Engine {
+    /// Runs [`sweep`](Self::sweep) periodically until `shutdown` resolves, then returns every lease.
+    pub async fn maintain_until(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let period = self
+            .settings
+            .lease_ttl
+            .min(self.settings.idle_timeout / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tick.tick() => self.sweep().await,
+            }
+        }
+        self.return_all_leases().await;
+    }
+
+    /// Returns leases unspent for `lease_ttl` and evicts keys idle for `idle_timeout`.
+    pub async fn sweep(&self) {
+        let now = self.now();
+        let idle = self.settings.idle_timeout.as_micros() as u64;
+        let ttl = self.settings.lease_ttl.as_micros() as u64;
+        let mut returns = Vec::new();
+        let mut evicted = 0u64;
+        self.buckets.retain(|_, bucket| {
+            let is_idle = now.saturating_sub(bucket.last_used()) > idle;
+            if bucket.mode != Mode::Local {
+                let mut state = bucket.lock();
+                if state.lease > 0 && (is_idle || now.saturating_sub(state.leased_at) > ttl) {
+                    returns.push(Return {
+                        store_key: bucket.store_key.clone(),
+                        rate: bucket.rate,
+                        tokens: std::mem::take(&mut state.lease),
+                    });
+                    // The global reading is stale once tokens went back; read it again on use.
+                    state.global_known = false;
+                }
+            }
+            evicted += u64::from(is_idle);
+            !is_idle
+        });
+        self.metrics
+            .evictions
+            .with_label_values(&["idle"])
+            .inc_by(evicted);
+        self.metrics.tracked_keys.set(self.buckets.len() as i64);
+        self.return_tokens(returns).await;
+        self.store().housekeeping();
+    }
+
+    /// Returns every lease this instance holds (at shutdown).
+    pub async fn return_all_leases(&self) {
+        let mut returns = Vec::new();
+        for entry in self.buckets.iter() {
+            let bucket = entry.value();
+            let mut state = bucket.lock();
+            if state.lease > 0 {
+                returns.push(Return {
+                    store_key: bucket.store_key.clone(),
+                    rate: bucket.rate,
+                    tokens: std::mem::take(&mut state.lease),
+                });
+            }
+        }
+        self.return_tokens(returns).await;
+    }
+
+    async fn return_tokens(&self, returns: Vec<Return>) {
+        for r in returns {
+            let started = std::time::Instant::now();
+            let result = self.store().release(&r.store_key, r.rate, r.tokens).await;
+            self.observe("release", started, &result);
+            match result {
+                Ok(()) => self
+                    .metrics
+                    .lease_tokens
+                    .with_label_values(&["returned"])
+                    .inc_by(r.tokens),
+                // Lost tokens only make the limit stricter for a while; never over-admit.
+                Err(e) => {
+                    tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+                }
+            }
+        }
+    }
+
+    /// Keeps the key count under `max_keys`: when full, evicts the least recently used keys until
+    /// 90% of the bound remains (one pass to find the cut-off time, one to evict).
+    pub(crate) fn make_room(&self, _now: u64) {
+        let max = self.settings.max_keys;
+        let before = self.buckets.len();
+        if before < max {
+            return;
+        }
+        let keep = (max - max / 10).saturating_sub(1);
+        let mut used: Vec<u64> = self.buckets.iter().map(|b| b.last_used()).collect();
+        let evict = used.len().saturating_sub(keep);
+        if evict == 0 {
+            return;
+        }
+        // Keys used before `cutoff` are the `evict` least recently used (ties may evict a few more).
+        let (_, cutoff, _) = used.select_nth_unstable(evict - 1);
+        let cutoff = *cutoff;
+        let mut returns = Vec::new();
+        self.buckets.retain(|_, bucket| {
+            let keep = bucket.last_used() > cutoff;
+            if !keep && bucket.mode != Mode::Local {
+                let mut state = bucket.lock();
+                if state.lease > 0 {
+                    returns.push(Return {
+                        store_key: bucket.store_key.clone(),
+                        rate: bucket.rate,
+                        tokens: std::mem::take(&mut state.lease),
+                    });
+                }
+            }
+            keep
+        });
+        let evicted = before.saturating_sub(self.buckets.len());
+        self.metrics
+            .evictions
+            .with_label_values(&["capacity"])
+            .inc_by(evicted as u64);
+        tracing::debug!(
+            evicted,
+            "max_keys reached; evicted the least recently used keys"
+        );
+        if !returns.is_empty() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                let store = Arc::clone(self.store());
+                handle.spawn(async move {
+                    for r in returns {
+                        let _ = store.release(&r.store_key, r.rate, r.tokens).await;
+                    }
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The global store: where each key's global token bucket lives.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use sluice_core::bucket::Rate;
+
+/// A boxed future returned by [`GlobalStore`] methods (leases are off the hot path, so one box per
+/// call is cheap next to the call itself).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// What a lease call returns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseGrant {
+    /// Tokens granted: `min(want, whole tokens available)`.
+    pub granted: u64,
+    /// Tokens left in the global bucket after the grant (fractional).
+    pub remaining: f64,
+}
+
+/// A global store failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer within its timeout.
+    #[error("global store timed out")]
+    Timeout,
+    /// The store cannot be reached (connection refused, circuit open, cluster down).
+    #[error("global store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with something this version does not understand.
+    #[error("global store protocol error: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// Whether retrying later may succeed (every error but a protocol mismatch).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Protocol(_))
+    }
+}
+
+/// The global token buckets, shared by every sluice instance (Redis), or by one (in memory).
+///
+/// Every method acts on exactly one key, atomically: the refill to the store's own "now" and the
+/// change happen as one step, so concurrent instances never see a half-applied bucket. A key that
+/// does not exist is a full bucket. Errors leave the bucket unchanged, except [`StoreError::Timeout`],
+/// after which the caller cannot know whether the call was applied (a lease may be lost, never
+/// granted twice: strict mode stays under the limit).
+pub trait GlobalStore: Send + Sync + 'static {
+    /// Refills the bucket at `key` and takes `min(want, whole tokens)`.
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant>;
+
+    /// Refills the bucket at `key` and puts `tokens` back, capped at the burst.
+    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()>;
+
+    /// The bucket's tokens after a refill, without changing it.
+    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;
+
+    /// Periodic upkeep (dropping idle state); called by the engine's maintenance loop.
+    fn housekeeping(&self) {}
+
+    /// A short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
+    fn name(&self) -> &'static str;
+}
