@@ -54,20 +54,12 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// A stable identity of (domain, path, limit): buckets of an unchanged rule survive reloads.
     pub fingerprint: u64,
+    /// The name for metrics, logs and headers: the explicit name, else `domain:path`.
+    pub label: String,
     /// Where the rule is written.
     pub file: PathBuf,
     /// The line of its descriptor's `key`.
     pub line: u64,
-}
-
-impl Rule {
-    /// The name for metrics, logs and headers: the explicit name, else the domain and path.
-    pub fn label(&self) -> String {
-        match &self.explicit_name {
-            Some(n) => n.clone(),
-            None => format!("{}:{}", self.domain, self.path),
-        }
-    }
 }
 
 /// The result of matching one descriptor.
@@ -326,8 +318,12 @@ fn compile_rule(
     let explicit_name = rl.name.clone().filter(|n| !n.is_empty());
     let identity = format!("{domain}\u{0}{path}\u{0}{limit:?}");
     let fingerprint = fnv1a(fnv1a_of(identity.as_bytes()), &[u8::from(shadow_mode)]);
+    let label = explicit_name
+        .clone()
+        .unwrap_or_else(|| format!("{domain}:{path}"));
     Ok(Rule {
         id,
+        label,
         domain: domain.to_string(),
         path: path.to_string(),
         explicit_name,

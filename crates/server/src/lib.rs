@@ -1,1 +1,24 @@
-//! placeholder
+//! sluice's servers: Envoy's two gRPC APIs, gRPC health and reflection, and the admin HTTP port.
+//!
+//! # Layout
+//! - [`state`]: [`AppState`], what every handler shares (engine, swappable runtime config, metrics).
+//! - [`validate`]: request limits and the conversion of Envoy descriptors into the engine's.
+//! - [`rls`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+//! - [`authz`]: `envoy.service.auth.v3.Authorization/Check`.
+//! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
+//!   `Retry-After` and the problem+json body.
+//! - [`metrics`]: request and decision series.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
+//! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
+
+pub mod admin;
+pub mod authz;
+pub mod headers;
+pub mod metrics;
+pub mod rls;
+pub mod serve;
+pub mod state;
+pub mod validate;
+
+pub use serve::{ServeError, ServeOptions, serve};
+pub use state::{AppState, Runtime};

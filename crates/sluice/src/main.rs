@@ -1,1 +1,83 @@
-fn main() {}
+//! `sluice`: the rate-limiting sidecar's binary.
+//!
+//! # Layout
+//! - `cli`: the command line (clap).
+//! - `run`: `sluice serve`: load config, bind ports, serve until SIGTERM/SIGINT.
+//! - this file: parsing, logging, dispatch and exit codes.
+
+mod cli;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, ConfigCommand};
+
+/// Exit code for a configuration error (EX_USAGE in sysexits.h).
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_format);
+    match cli.command {
+        Command::Serve(args) => match run::serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(run::RunError::Config(e)) => {
+                tracing::error!("invalid configuration: {e}");
+                eprintln_plain(&e.to_string());
+                ExitCode::from(EXIT_CONFIG)
+            }
+            Err(run::RunError::Other(e)) => {
+                tracing::error!("{e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Config {
+            command: ConfigCommand::Check { path },
+        } => match sluice_core::load_config(&path) {
+            Ok(config) => {
+                let rules = config.rules.rules().len();
+                let domains = config.rules.domains().len();
+                println_plain(&format!(
+                    "{}: ok ({domains} domains, {rules} rules, version {})",
+                    path.display(),
+                    config.version
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln_plain(&e.to_string());
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+    }
+}
+
+/// Logs to stderr: `text` for people, `json` for log pipelines; the level comes from `SLUICE_LOG`
+/// (or `RUST_LOG`), default `info`.
+fn init_logging(format: &cli::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        cli::LogFormat::Text => builder.init(),
+        cli::LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The CLI's own output (not logging).
+#[allow(clippy::print_stdout)]
+fn println_plain(line: &str) {
+    println!("{line}");
+}
+
+/// The CLI's own error output (not logging).
+#[allow(clippy::print_stderr)]
+fn eprintln_plain(line: &str) {
+    eprintln!("{line}");
+}

@@ -20,7 +20,7 @@ fn rule_of<'a>(set: &'a RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Match<
 
 fn name_of(m: Match<'_>) -> Option<String> {
     match m {
-        Match::Rule(r) => Some(r.label()),
+        Match::Rule(r) => Some(r.label.clone()),
         _ => None,
     }
 }

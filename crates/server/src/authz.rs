@@ -1,0 +1,299 @@
+//! `envoy.service.auth.v3.Authorization/Check`: ext_authz requests decided by the same engine.
+//!
+//! Allowed requests get OK with the RateLimit headers in `response_headers_to_add`; denied ones
+//! get HTTP 429 with `Retry-After`, `RateLimit-Policy`, `RateLimit` and a problem+json body.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_core::Descriptor;
+use sluice_core::authz::RequestView;
+use sluice_engine::{Code, RateLimitRequest};
+use sluice_proto::envoy::auth::attribute_context::HttpRequest;
+use sluice_proto::envoy::auth::authorization_server::Authorization;
+use sluice_proto::envoy::auth::check_response::HttpResponse;
+use sluice_proto::envoy::auth::{CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse};
+use sluice_proto::envoy::core::{HeaderValue, HeaderValueOption, SocketAddress, address};
+use sluice_proto::envoy::rpc;
+use sluice_proto::envoy::types::{HttpStatus, StatusCode};
+use tonic::{Request, Response, Status};
+
+use crate::headers::{self, PolicyView};
+use crate::state::AppState;
+use crate::validate::MAX_ENTRY_BYTES;
+
+/// gRPC status code OK, in `CheckResponse.status`.
+const GRPC_OK: i32 = 0;
+/// gRPC status code RESOURCE_EXHAUSTED: any non-OK status makes Envoy deny.
+const GRPC_RESOURCE_EXHAUSTED: i32 = 8;
+
+/// The ext_authz service.
+#[derive(Debug, Clone)]
+pub struct Authz {
+    state: Arc<AppState>,
+}
+
+impl Authz {
+    /// A service over shared state.
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl Authorization for Authz {
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let Some(view) = CheckView::of(&req) else {
+            self.state
+                .metrics
+                .requests
+                .with_label_values(&["authz", "invalid"])
+                .inc();
+            return Err(Status::invalid_argument(
+                "CheckRequest has no attributes.request.http: sluice decides HTTP requests",
+            ));
+        };
+        let runtime = self.state.runtime.load();
+        let Some(plan) = runtime.authz.as_ref() else {
+            // No `authz:` section: nothing to limit, so allow (and say why in the metric).
+            self.state
+                .metrics
+                .requests
+                .with_label_values(&["authz", "not_configured"])
+                .inc();
+            return Ok(Response::new(allow(Vec::new())));
+        };
+        let descriptors: Vec<Descriptor> =
+            plan.descriptors(&view).into_iter().map(bounded).collect();
+        if descriptors.is_empty() {
+            self.state
+                .metrics
+                .requests
+                .with_label_values(&["authz", "no_descriptors"])
+                .inc();
+            return Ok(Response::new(allow(Vec::new())));
+        }
+        let decision = self
+            .state
+            .engine
+            .decide(&RateLimitRequest {
+                domain: &plan.domain,
+                descriptors: &descriptors,
+                hits_addend: 1,
+            })
+            .await;
+        self.state.metrics.record("authz", &decision);
+        let policies = headers::policies(&decision);
+        let header_values = rate_limit_headers(&policies, &runtime.response);
+        let response = match decision.overall {
+            Code::Ok => allow(header_values),
+            Code::OverLimit => deny(&policies, header_values),
+        };
+        self.state
+            .metrics
+            .latency
+            .with_label_values(&["authz"])
+            .observe(started.elapsed().as_secs_f64());
+        Ok(Response::new(response))
+    }
+}
+
+fn allow(headers: Vec<HeaderValueOption>) -> CheckResponse {
+    CheckResponse {
+        status: Some(rpc::Status {
+            code: GRPC_OK,
+            ..rpc::Status::default()
+        }),
+        http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
+            response_headers_to_add: headers,
+            ..OkHttpResponse::default()
+        })),
+        ..CheckResponse::default()
+    }
+}
+
+fn deny(policies: &[PolicyView], mut headers: Vec<HeaderValueOption>) -> CheckResponse {
+    let retry = headers::retry_after(policies).unwrap_or(1);
+    headers.push(header("retry-after", retry.to_string()));
+    headers.push(header(
+        "content-type",
+        "application/problem+json".to_string(),
+    ));
+    CheckResponse {
+        status: Some(rpc::Status {
+            code: GRPC_RESOURCE_EXHAUSTED,
+            message: "rate limited".to_string(),
+            ..rpc::Status::default()
+        }),
+        http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+            status: Some(HttpStatus {
+                code: StatusCode::TooManyRequests as i32,
+            }),
+            headers,
+            body: headers::problem_body(policies),
+        })),
+        ..CheckResponse::default()
+    }
+}
+
+fn rate_limit_headers(
+    policies: &[PolicyView],
+    settings: &sluice_core::config::ResponseSettings,
+) -> Vec<HeaderValueOption> {
+    let mut out = Vec::new();
+    if policies.is_empty() {
+        return out;
+    }
+    if settings.ratelimit_headers {
+        out.push(header(
+            "ratelimit-policy",
+            headers::ratelimit_policy(policies),
+        ));
+        out.push(header("ratelimit", headers::ratelimit(policies)));
+    }
+    if settings.legacy_x_ratelimit_headers {
+        if let Some(p) = headers::tightest(policies) {
+            out.push(header("x-ratelimit-limit", p.quota.to_string()));
+            out.push(header("x-ratelimit-remaining", p.remaining.to_string()));
+            out.push(header("x-ratelimit-reset", p.reset_secs.to_string()));
+        }
+    }
+    out
+}
+
+fn header(key: &str, value: String) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_string(),
+            value,
+            ..HeaderValue::default()
+        }),
+        // OVERWRITE_IF_EXISTS_OR_ADD: our headers replace any the upstream set.
+        append_action: 2,
+        ..HeaderValueOption::default()
+    }
+}
+
+/// Keeps descriptor values bounded: a value over 1 KiB (a hostile header, say) is replaced by a
+/// prefix and a hash of the whole, so it still gets a bucket of its own without unbounded keys.
+fn bounded(mut d: Descriptor) -> Descriptor {
+    for e in &mut d.entries {
+        if e.value.len() > MAX_ENTRY_BYTES {
+            e.value = long_value_key(&e.value);
+        }
+    }
+    d
+}
+
+fn long_value_key(value: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in value.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let prefix: String = value.chars().take(64).collect();
+    format!("{prefix}~{h:016x}")
+}
+
+/// A [`RequestView`] over an ext_authz `CheckRequest`.
+struct CheckView<'a> {
+    http: &'a HttpRequest,
+    /// Headers from `header_map` when Envoy sends raw headers (`encode_raw_headers: true`).
+    raw_headers: Option<HashMap<String, String>>,
+    peer: Option<&'a str>,
+    extensions: &'a HashMap<String, String>,
+}
+
+impl<'a> CheckView<'a> {
+    fn of(req: &'a CheckRequest) -> Option<Self> {
+        let attributes = req.attributes.as_ref()?;
+        let http = attributes.request.as_ref()?.http.as_ref()?;
+        let raw_headers = (http.headers.is_empty())
+            .then(|| http.header_map.as_ref())
+            .flatten()
+            .map(|m| {
+                let mut merged: HashMap<String, String> = HashMap::new();
+                for h in &m.headers {
+                    let value: Cow<'_, str> = if h.raw_value.is_empty() {
+                        Cow::Borrowed(&h.value)
+                    } else {
+                        String::from_utf8_lossy(&h.raw_value)
+                    };
+                    merged
+                        .entry(h.key.to_ascii_lowercase())
+                        .and_modify(|v| {
+                            v.push(',');
+                            v.push_str(&value);
+                        })
+                        .or_insert_with(|| value.into_owned());
+                }
+                merged
+            });
+        let peer = attributes
+            .source
+            .as_ref()
+            .and_then(|p| p.address.as_ref())
+            .and_then(|a| a.address.as_ref())
+            .and_then(|a| match a {
+                address::Address::SocketAddress(SocketAddress { address, .. }) => {
+                    Some(address.as_str())
+                }
+                _ => None,
+            });
+        Some(Self {
+            http,
+            raw_headers,
+            peer,
+            extensions: &attributes.context_extensions,
+        })
+    }
+}
+
+impl RequestView for CheckView<'_> {
+    fn header(&self, lower_name: &str) -> Option<&str> {
+        match &self.raw_headers {
+            Some(raw) => raw.get(lower_name).map(String::as_str),
+            None => self.http.headers.get(lower_name).map(String::as_str),
+        }
+    }
+    fn path(&self) -> &str {
+        &self.http.path
+    }
+    fn method(&self) -> &str {
+        &self.http.method
+    }
+    fn host(&self) -> &str {
+        &self.http.host
+    }
+    fn peer_ip(&self) -> Option<&str> {
+        self.peer
+    }
+    fn context_extension(&self, name: &str) -> Option<&str> {
+        self.extensions.get(name).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Entry;
+
+    #[test]
+    fn long_values_are_bounded_and_distinct() {
+        let a = "a".repeat(5_000);
+        let b = format!("{}b", "a".repeat(4_999));
+        let d = bounded(Descriptor::of([("k", a.as_str())]));
+        let e = bounded(Descriptor::of([("k", b.as_str())]));
+        assert!(d.entries[0].value.len() <= 100);
+        assert_ne!(d.entries[0].value, e.entries[0].value);
+        let short = bounded(Descriptor::of([("k", "v")]));
+        assert_eq!(short.entries, vec![Entry::new("k", "v")]);
+    }
+}

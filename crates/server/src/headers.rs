@@ -1,0 +1,180 @@
+//! Rate-limit response headers and the problem+json body of a 429.
+//!
+//! `RateLimit-Policy` and `RateLimit` follow draft-ietf-httpapi-ratelimit-headers-10: each is a
+//! structured-field list with one item per applied policy, named by a quoted string, e.g.
+//! `RateLimit-Policy: "per_ip";q=10;w=60` and `RateLimit: "per_ip";r=0;t=60`, where `q` is the
+//! quota per window `w` (seconds), `r` what remains and `t` the seconds until the quota is full.
+
+use std::time::Duration;
+
+use sluice_engine::{Code, Decision};
+
+/// One applied limit, as headers show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyView {
+    /// The rule's label, made a valid structured-field string.
+    pub name: String,
+    /// Requests per window.
+    pub quota: u64,
+    /// Window length in seconds.
+    pub window_secs: u64,
+    /// Requests left now.
+    pub remaining: u64,
+    /// Seconds until the quota is full again.
+    pub reset_secs: u64,
+    /// When this policy denied the request: seconds until it could pass.
+    pub retry_after_secs: Option<u64>,
+}
+
+/// The policies a decision applied (descriptors with no limit are left out).
+pub fn policies(decision: &Decision) -> Vec<PolicyView> {
+    decision
+        .outcomes
+        .iter()
+        .filter_map(|o| {
+            let limit = o.limit?;
+            let label = limit
+                .rule
+                .and_then(|id| decision.rules.rule(id))
+                .map_or("override", |r| r.label.as_str());
+            Some(PolicyView {
+                name: sf_string_content(label),
+                quota: limit.rate.requests_per_unit,
+                window_secs: limit.rate.unit.seconds(),
+                remaining: o.remaining,
+                reset_secs: ceil_secs(o.until_full),
+                retry_after_secs: (o.code == Code::OverLimit).then(|| {
+                    o.retry_after
+                        .map_or(limit.rate.unit.seconds(), |d| ceil_secs(d).max(1))
+                }),
+            })
+        })
+        .collect()
+}
+
+/// `RateLimit-Policy` for `policies`.
+pub fn ratelimit_policy(policies: &[PolicyView]) -> String {
+    join(policies, |p| {
+        format!("\"{}\";q={};w={}", p.name, p.quota, p.window_secs)
+    })
+}
+
+/// `RateLimit` for `policies`.
+pub fn ratelimit(policies: &[PolicyView]) -> String {
+    join(policies, |p| {
+        format!("\"{}\";r={};t={}", p.name, p.remaining, p.reset_secs)
+    })
+}
+
+/// `Retry-After` in seconds: the longest wait among the denying policies.
+pub fn retry_after(policies: &[PolicyView]) -> Option<u64> {
+    policies.iter().filter_map(|p| p.retry_after_secs).max()
+}
+
+/// The policy with the least left: what the legacy `X-RateLimit-*` headers describe.
+pub fn tightest(policies: &[PolicyView]) -> Option<&PolicyView> {
+    policies
+        .iter()
+        .min_by_key(|p| (p.retry_after_secs.is_none(), p.remaining))
+}
+
+/// The RFC 9457 problem details body of a 429.
+pub fn problem_body(policies: &[PolicyView]) -> String {
+    let denied: Vec<&PolicyView> = policies
+        .iter()
+        .filter(|p| p.retry_after_secs.is_some())
+        .collect();
+    let retry = retry_after(policies).unwrap_or(1);
+    let detail = match denied.first() {
+        Some(p) => format!(
+            "Rate limit \"{}\" of {} requests per {} s exceeded; retry in {} s.",
+            p.name, p.quota, p.window_secs, retry
+        ),
+        None => format!("Rate limit exceeded; retry in {retry} s."),
+    };
+    let violated: Vec<serde_json::Value> = denied
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "policy": p.name,
+                "limit": p.quota,
+                "window_seconds": p.window_secs,
+                "retry_after_seconds": p.retry_after_secs,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": detail,
+        "retry_after_seconds": retry,
+        "violated_policies": violated,
+    })
+    .to_string()
+}
+
+fn join(policies: &[PolicyView], item: impl Fn(&PolicyView) -> String) -> String {
+    policies.iter().map(item).collect::<Vec<_>>().join(", ")
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Keeps printable ASCII other than `"` and `\` (a structured-field string may hold those only
+/// escaped; rule labels come from config, so dropping them is enough).
+fn sf_string_content(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii() && !c.is_ascii_control() && *c != '"' && *c != '\\')
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(name: &str, remaining: u64, retry: Option<u64>) -> PolicyView {
+        PolicyView {
+            name: name.into(),
+            quota: 10,
+            window_secs: 60,
+            remaining,
+            reset_secs: 42,
+            retry_after_secs: retry,
+        }
+    }
+
+    #[test]
+    fn formats_draft_10_fields() {
+        let p = [view("per_ip", 0, Some(6)), view("per_user", 7, None)];
+        assert_eq!(
+            ratelimit_policy(&p),
+            r#""per_ip";q=10;w=60, "per_user";q=10;w=60"#
+        );
+        assert_eq!(ratelimit(&p), r#""per_ip";r=0;t=42, "per_user";r=7;t=42"#);
+        assert_eq!(retry_after(&p), Some(6));
+        assert_eq!(tightest(&p).map(|v| v.name.as_str()), Some("per_ip"));
+    }
+
+    #[test]
+    fn problem_body_names_the_policy_and_the_wait() {
+        let body: serde_json::Value =
+            serde_json::from_str(&problem_body(&[view("per_ip", 0, Some(6))])).expect("json");
+        assert_eq!(body["status"], 429);
+        assert_eq!(body["retry_after_seconds"], 6);
+        assert_eq!(body["violated_policies"][0]["policy"], "per_ip");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("retry in 6 s"))
+        );
+    }
+
+    #[test]
+    fn names_are_made_safe() {
+        assert_eq!(sf_string_content("a\"b\\c\u{e9}\n"), "abc");
+        assert_eq!(ceil_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+    }
+}

@@ -1,0 +1,121 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_engine::{Code, Decision, DescriptorOutcome, RateLimitRequest};
+use sluice_proto::envoy::protobuf::Duration as PbDuration;
+use sluice_proto::envoy::ratelimit::rate_limit_response::{self, DescriptorStatus};
+use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitService;
+use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
+use tonic::{Request, Response, Status};
+
+use crate::state::AppState;
+use crate::validate;
+
+/// The rate limit service.
+#[derive(Debug, Clone)]
+pub struct Rls {
+    state: Arc<AppState>,
+}
+
+impl Rls {
+    /// A service over shared state.
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<rl::RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let checked =
+            validate::domain(&req.domain).and_then(|()| validate::descriptors(&req.descriptors));
+        let descriptors = match checked {
+            Ok(d) => d,
+            Err(status) => {
+                self.state
+                    .metrics
+                    .requests
+                    .with_label_values(&["rls", "invalid"])
+                    .inc();
+                return Err(status);
+            }
+        };
+        let decision = self
+            .state
+            .engine
+            .decide(&RateLimitRequest {
+                domain: &req.domain,
+                descriptors: &descriptors,
+                hits_addend: u64::from(req.hits_addend),
+            })
+            .await;
+        self.state.metrics.record("rls", &decision);
+        let response = to_response(&decision);
+        self.state
+            .metrics
+            .latency
+            .with_label_values(&["rls"])
+            .observe(started.elapsed().as_secs_f64());
+        Ok(Response::new(response))
+    }
+}
+
+/// Envoy's response for a decision: every `DescriptorStatus` filled.
+pub fn to_response(decision: &Decision) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code(decision.overall),
+        statuses: decision
+            .outcomes
+            .iter()
+            .map(|o| status(decision, o))
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
+fn code(c: Code) -> i32 {
+    match c {
+        Code::Ok => rate_limit_response::Code::Ok as i32,
+        Code::OverLimit => rate_limit_response::Code::OverLimit as i32,
+    }
+}
+
+fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
+    let Some(limit) = o.limit else {
+        return DescriptorStatus {
+            code: code(o.code),
+            ..DescriptorStatus::default()
+        };
+    };
+    let name = limit
+        .rule
+        .and_then(|id| decision.rules.rule(id))
+        .and_then(|r| r.explicit_name.clone())
+        .unwrap_or_default();
+    DescriptorStatus {
+        code: code(o.code),
+        current_limit: Some(rate_limit_response::RateLimit {
+            name,
+            requests_per_unit: u32::try_from(limit.rate.requests_per_unit).unwrap_or(u32::MAX),
+            unit: limit.rate.unit.envoy_code(),
+        }),
+        limit_remaining: u32::try_from(o.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(pb_duration(o.until_full)),
+        ..DescriptorStatus::default()
+    }
+}
+
+/// A protobuf `Duration` (Envoy's own copy of the well-known type).
+pub fn pb_duration(d: Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}

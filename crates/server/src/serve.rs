@@ -1,0 +1,134 @@
+//! Wiring: gRPC (RLS, ext_authz, health, reflection) and admin HTTP, with graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
+use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+
+use crate::authz::Authz;
+use crate::rls::Rls;
+use crate::state::AppState;
+
+/// The gRPC services sluice serves (and advertises by reflection).
+pub const SERVICES: &[&str] = &[
+    "envoy.service.ratelimit.v3.RateLimitService",
+    "envoy.service.auth.v3.Authorization",
+    "grpc.health.v1.Health",
+];
+
+/// The reflection services, advertised alongside [`SERVICES`].
+const REFLECTION: &[&str] = &[
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// How serving behaves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long in-flight requests may take to finish after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The reflection service could not be built from the descriptor sets.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Serves gRPC on `grpc` and admin HTTP on `admin` until `shutdown` resolves, then: reports
+/// NOT_SERVING, stops accepting, lets in-flight requests finish (up to `shutdown_grace`), returns
+/// every lease to the global store, and returns.
+pub async fn serve(
+    state: Arc<AppState>,
+    grpc: TcpListener,
+    admin: TcpListener,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for service in SERVICES.iter().chain([&""]) {
+        health
+            .set_service_status(*service, ServingStatus::Serving)
+            .await;
+    }
+    let mut reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    let mut reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    for service in SERVICES.iter().chain(REFLECTION) {
+        reflection = reflection.with_service_name(*service);
+        reflection_alpha = reflection_alpha.with_service_name(*service);
+    }
+
+    let stop_grpc = CancellationToken::new();
+    let stop_admin = CancellationToken::new();
+    let stop_maintenance = CancellationToken::new();
+    let admin_task = tokio::spawn(crate::admin::run(
+        admin,
+        Arc::clone(&state),
+        stop_admin.clone(),
+    ));
+    let maintenance = tokio::spawn(
+        Arc::clone(&state.engine).maintain_until(stop_maintenance.clone().cancelled_owned()),
+    );
+
+    let grpc_stop = stop_grpc.clone();
+    let router = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection.build_v1()?)
+        .add_service(reflection_alpha.build_v1alpha()?)
+        .add_service(RateLimitServiceServer::new(Rls::new(Arc::clone(&state))))
+        .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))));
+    let grpc_server = router
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), grpc_stop.cancelled_owned());
+    tokio::pin!(grpc_server);
+
+    let result = tokio::select! {
+        r = &mut grpc_server => r.map_err(ServeError::from),
+        () = shutdown => {
+            tracing::info!("shutting down: reporting NOT_SERVING and draining");
+            state.start_draining();
+            for service in SERVICES.iter().chain([&""]) {
+                health.set_service_status(*service, ServingStatus::NotServing).await;
+            }
+            stop_grpc.cancel();
+            match tokio::time::timeout(options.shutdown_grace, &mut grpc_server).await {
+                Ok(r) => r.map_err(ServeError::from),
+                Err(_) => {
+                    tracing::warn!(grace = ?options.shutdown_grace, "in-flight requests outlived the grace period");
+                    Ok(())
+                }
+            }
+        }
+    };
+    stop_maintenance.cancel();
+    if let Err(e) = maintenance.await {
+        tracing::warn!(error = %e, "maintenance task ended abnormally");
+    }
+    stop_admin.cancel();
+    let _ = admin_task.await;
+    tracing::info!("stopped");
+    result
+}

@@ -1,0 +1,77 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+use prometheus::Registry;
+use sluice_core::authz::AuthzPlan;
+use sluice_core::config::{Config, ResponseSettings};
+use sluice_engine::Engine;
+
+use crate::metrics::ServerMetrics;
+
+/// The parts of the configuration handlers read on each request, swapped whole on reload.
+#[derive(Debug)]
+pub struct Runtime {
+    /// How ext_authz requests become descriptors.
+    pub authz: Option<AuthzPlan>,
+    /// Response options.
+    pub response: ResponseSettings,
+    /// The config version.
+    pub version: String,
+}
+
+impl Runtime {
+    /// The runtime part of a loaded config.
+    pub fn of(config: &Config) -> Self {
+        Self {
+            authz: config.authz.clone(),
+            response: config.response.clone(),
+            version: config.version.clone(),
+        }
+    }
+}
+
+/// Shared server state.
+#[derive(Debug)]
+pub struct AppState {
+    /// The decision engine.
+    pub engine: Arc<Engine>,
+    /// Swappable runtime config (read lock-free on every request).
+    pub runtime: ArcSwap<Runtime>,
+    /// Request and decision metrics.
+    pub metrics: ServerMetrics,
+    /// The registry `/metrics` exposes.
+    pub registry: Registry,
+    /// Set when shutdown begins: `/readyz` and gRPC health report not serving.
+    draining: AtomicBool,
+}
+
+impl AppState {
+    /// State over `engine`, exposing `registry`.
+    pub fn new(
+        engine: Arc<Engine>,
+        runtime: Runtime,
+        metrics: ServerMetrics,
+        registry: Registry,
+    ) -> Self {
+        Self {
+            engine,
+            runtime: ArcSwap::from_pointee(runtime),
+            metrics,
+            registry,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the server as draining.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+}

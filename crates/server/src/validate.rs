@@ -1,0 +1,118 @@
+//! Request limits, and Envoy's descriptors turned into the engine's.
+//!
+//! Bad requests get `INVALID_ARGUMENT` with a message saying what is wrong; they never reach the
+//! engine, so a hostile caller cannot make sluice track unbounded keys or values.
+
+use sluice_core::descriptor::LimitOverride;
+use sluice_core::{Descriptor, Entry, Unit};
+use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+use tonic::Status;
+
+/// Most descriptors in one request.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// Most entries in one descriptor.
+pub const MAX_ENTRIES: usize = 64;
+/// Longest key or value, in bytes.
+pub const MAX_ENTRY_BYTES: usize = 1024;
+
+/// Checks a request domain.
+pub fn domain(domain: &str) -> Result<(), Status> {
+    if domain.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit domain must not be empty",
+        ));
+    }
+    if domain.len() > MAX_ENTRY_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "rate limit domain is {} bytes; the limit is {MAX_ENTRY_BYTES}",
+            domain.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Converts and checks Envoy's descriptors.
+pub fn descriptors(descriptors: &[RateLimitDescriptor]) -> Result<Vec<Descriptor>, Status> {
+    if descriptors.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit descriptor list must not be empty",
+        ));
+    }
+    if descriptors.len() > MAX_DESCRIPTORS {
+        return Err(Status::invalid_argument(format!(
+            "{} descriptors in one request; the limit is {MAX_DESCRIPTORS}",
+            descriptors.len()
+        )));
+    }
+    descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if d.is_negative_hits {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {i}: is_negative_hits is not supported"
+                )));
+            }
+            let entries = d
+                .entries
+                .iter()
+                .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
+                .collect::<Vec<_>>();
+            check_entries(i, &entries)?;
+            let limit_override = match &d.limit {
+                None => None,
+                Some(l) => Some(LimitOverride {
+                    requests_per_unit: u64::from(l.requests_per_unit),
+                    unit: Unit::from_envoy_code(l.unit).ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "descriptor {i}: limit override has unknown unit {}",
+                            l.unit
+                        ))
+                    })?,
+                }),
+            };
+            Ok(Descriptor {
+                entries,
+                hits_addend: d.hits_addend.map(|h| h.value),
+                limit_override,
+            })
+        })
+        .collect()
+}
+
+/// Checks one descriptor's entries (also used for descriptors built by ext_authz).
+pub fn check_entries(index: usize, entries: &[Entry]) -> Result<(), Status> {
+    if entries.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "descriptor {index} has no entries"
+        )));
+    }
+    if entries.len() > MAX_ENTRIES {
+        return Err(Status::invalid_argument(format!(
+            "descriptor {index} has {} entries; the limit is {MAX_ENTRIES}",
+            entries.len()
+        )));
+    }
+    for (j, e) in entries.iter().enumerate() {
+        if e.key.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {index} entry {j} has an empty key"
+            )));
+        }
+        let longest = e.key.len().max(e.value.len());
+        if longest > MAX_ENTRY_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {index} entry {j} ('{}'): key or value is {longest} bytes; the limit is {MAX_ENTRY_BYTES}",
+                truncate(&e.key, 64)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => &s[..at],
+        None => s,
+    }
+}

@@ -1,0 +1,106 @@
+//! `sluice serve`: configuration first, then ports, then serving until a signal.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use prometheus::Registry;
+use sluice_core::{ConfigError, SystemClock};
+use sluice_engine::{Engine, EngineMetrics, EngineSettings, MemoryStore};
+use sluice_server::metrics::ServerMetrics;
+use sluice_server::{AppState, Runtime, ServeOptions};
+
+use crate::cli::ServeArgs;
+
+/// Why `serve` stopped with an error.
+#[derive(Debug)]
+pub enum RunError {
+    /// The configuration is invalid (exit 64).
+    Config(ConfigError),
+    /// Anything else: ports, runtime.
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for RunError {
+    fn from(e: anyhow::Error) -> Self {
+        RunError::Other(e)
+    }
+}
+
+/// Loads and validates the config before any port is bound, then serves until SIGTERM/SIGINT.
+pub fn serve(args: ServeArgs) -> Result<(), RunError> {
+    let config = sluice_core::load_config(&args.config).map_err(RunError::Config)?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(n) = args.worker_threads {
+        runtime.worker_threads(n.max(1));
+    }
+    let runtime = runtime.build().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let registry = Registry::new();
+        let clock = Arc::new(SystemClock::new());
+        let store = MemoryStore::new(SystemClock::new());
+        let engine_metrics =
+            EngineMetrics::register(&registry).context("registering engine metrics")?;
+        let server_metrics =
+            ServerMetrics::register(&registry).context("registering server metrics")?;
+        let rules_count = config.rules.rules().len();
+        let runtime_config = Runtime::of(&config);
+        let engine = Arc::new(Engine::new(
+            config.rules,
+            store,
+            clock,
+            EngineSettings::from(&config.engine),
+            engine_metrics,
+        ));
+        let state = Arc::new(AppState::new(
+            engine,
+            runtime_config,
+            server_metrics,
+            registry,
+        ));
+        let grpc = tokio::net::TcpListener::bind(args.grpc_addr)
+            .await
+            .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
+        let admin = tokio::net::TcpListener::bind(args.admin_addr)
+            .await
+            .with_context(|| format!("binding admin HTTP on {}", args.admin_addr))?;
+        tracing::info!(
+            grpc = %grpc.local_addr().context("gRPC address")?,
+            admin = %admin.local_addr().context("admin address")?,
+            config = %args.config.display(),
+            version = %config.version,
+            rules = rules_count,
+            store = "memory",
+            "sluice serving"
+        );
+        let options = ServeOptions {
+            shutdown_grace: args.shutdown_grace,
+        };
+        sluice_server::serve(state, grpc, admin, options, shutdown_signal())
+            .await
+            .context("serving")?;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops sluice");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
