@@ -1,0 +1,186 @@
+//! `ShouldRateLimit` over a real gRPC connection.
+
+mod common;
+
+use common::{CONFIG, TestServer, request};
+use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
+use tonic::Code as Grpc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ok_until_the_burst_then_over_limit_with_every_status_field() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let req = request("edge", &[&[("remote_address", "10.0.0.1")]]);
+    for expected_remaining in [2u32, 1, 0] {
+        let resp = rls
+            .should_rate_limit(req.clone())
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(resp.overall_code, Code::Ok as i32);
+        let s = &resp.statuses[0];
+        assert_eq!(s.code, Code::Ok as i32);
+        assert_eq!(s.limit_remaining, expected_remaining);
+        let limit = s.current_limit.as_ref().expect("current_limit");
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("per_client", 3, 2)
+        );
+        let reset = s
+            .duration_until_reset
+            .as_ref()
+            .expect("duration_until_reset");
+        assert!(reset.seconds >= 1 && reset.seconds <= 60, "{reset:?}");
+    }
+    let over = rls.should_rate_limit(req).await.expect("rpc").into_inner();
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(over.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(over.statuses[0].limit_remaining, 0);
+
+    let other = rls
+        .should_rate_limit(request("edge", &[&[("remote_address", "10.0.0.2")]]))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(
+        other.overall_code,
+        Code::Ok as i32,
+        "other keys are unaffected"
+    );
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_domains_unmatched_descriptors_and_shadow_rules_answer_ok() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let unknown = rls
+        .should_rate_limit(request("nope", &[&[("remote_address", "1")]]))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(unknown.overall_code, Code::Ok as i32);
+    assert!(unknown.statuses[0].current_limit.is_none());
+    for _ in 0..3 {
+        let shadow = rls
+            .should_rate_limit(request("edge", &[&[("shadowed", "x")]]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(shadow.overall_code, Code::Ok as i32);
+    }
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"sluice_decisions_total{domain="edge",outcome="shadow_over_limit",rule="shadowed"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"sluice_requests_total{api="rls",code="unknown_domain"} 1"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_invalid_argument_with_a_message() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let long = "v".repeat(1025);
+    let many: Vec<[(&str, &str); 1]> = (0..65).map(|_| [("user", "u")]).collect();
+    let many_refs: Vec<&[(&str, &str)]> = many.iter().map(|d| d.as_slice()).collect();
+    let cases = [
+        (request("", &[&[("user", "u")]]), "domain must not be empty"),
+        (request("edge", &[]), "descriptor list must not be empty"),
+        (request("edge", &[&[]]), "descriptor 0 has no entries"),
+        (request("edge", &[&[("user", long.as_str())]]), "1025 bytes"),
+        (request("edge", &[&[("", "v")]]), "empty key"),
+        (request("edge", &many_refs), "65 descriptors"),
+    ];
+    for (req, message) in cases {
+        let err = rls
+            .should_rate_limit(req)
+            .await
+            .expect_err("must be rejected");
+        assert_eq!(err.code(), Grpc::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().contains(message),
+            "{:?} lacks {message:?}",
+            err.message()
+        );
+    }
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains(r#"sluice_requests_total{api="rls",code="invalid"} 6"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_descriptor_hits_addend_and_limit_override() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let mut req = request("edge", &[&[("remote_address", "9.9.9.9")]]);
+    req.descriptors[0].hits_addend = Some(sluice_proto::envoy::protobuf::UInt64Value { value: 0 });
+    let peek = rls
+        .should_rate_limit(req.clone())
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(
+        (peek.overall_code, peek.statuses[0].limit_remaining),
+        (Code::Ok as i32, 3)
+    );
+    req.descriptors[0].hits_addend = Some(sluice_proto::envoy::protobuf::UInt64Value { value: 3 });
+    let all = rls
+        .should_rate_limit(req.clone())
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(
+        (all.overall_code, all.statuses[0].limit_remaining),
+        (Code::Ok as i32, 0)
+    );
+
+    let mut over = request("edge", &[&[("anything", "x")]]);
+    over.descriptors[0].limit = Some(
+        sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 4,
+        },
+    );
+    let first = rls
+        .should_rate_limit(over.clone())
+        .await
+        .expect("rpc")
+        .into_inner();
+    let second = rls.should_rate_limit(over).await.expect("rpc").into_inner();
+    assert_eq!(
+        (first.overall_code, second.overall_code),
+        (Code::Ok as i32, Code::OverLimit as i32)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_series_stay_flat_under_many_distinct_values() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let series = |m: &str| m.lines().filter(|l| l.starts_with("sluice_")).count();
+    for i in 0..50 {
+        let v = format!("10.1.{}.{}", i / 256, i % 256);
+        rls.should_rate_limit(request("edge", &[&[("remote_address", v.as_str())]]))
+            .await
+            .expect("rpc");
+    }
+    let before = series(&server.admin_get("/metrics").await.1);
+    for i in 50..2_000 {
+        let v = format!("10.1.{}.{}", i / 256, i % 256);
+        rls.should_rate_limit(request("edge", &[&[("remote_address", v.as_str())]]))
+            .await
+            .expect("rpc");
+    }
+    let (_, after) = server.admin_get("/metrics").await;
+    assert_eq!(
+        series(&after),
+        before,
+        "series must not grow with descriptor values"
+    );
+    assert!(after.contains("sluice_tracked_keys 2000"), "{after}");
+}
