@@ -36,6 +36,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
     }
     let runtime = runtime.build().context("starting the async runtime")?;
     runtime.block_on(async move {
+        let shutdown = shutdown_signal()?;
         let registry = Registry::new();
         let clock = Arc::new(SystemClock::new());
         let store = MemoryStore::new(SystemClock::new());
@@ -76,31 +77,23 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let options = ServeOptions {
             shutdown_grace: args.shutdown_grace,
         };
-        sluice_server::serve(state, grpc, admin, options, shutdown_signal())
+        sluice_server::serve(state, grpc, admin, options, shutdown)
             .await
             .context("serving")?;
         Ok(())
     })
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops sluice");
-                let _ = ctrl_c.await;
-            }
+/// Registers SIGTERM and SIGINT handlers now (so a signal that arrives right after start-up is
+/// not missed) and returns a future that resolves on either.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
 }

@@ -1,0 +1,100 @@
+//! The `sluice` binary as a user runs it: config check, bad config at start, SIGTERM.
+
+mod common;
+
+use std::process::Command;
+
+use common::Sluice;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+const GOOD: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+const BAD: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, brust: 3}\n";
+
+#[test]
+fn config_check_exits_0_or_64_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.yaml");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&good, GOOD).expect("write");
+    std::fs::write(&bad, BAD).expect("write");
+
+    let ok = sluice()
+        .args(["config", "check"])
+        .arg(&good)
+        .output()
+        .expect("run");
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("ok (1 domains, 1 rules"));
+
+    let err = sluice()
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert_eq!(err.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}:4: ", bad.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("brust"), "{stderr}");
+
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/examples/sluice.yaml"
+    );
+    let shipped = sluice()
+        .args(["config", "check", example])
+        .output()
+        .expect("run");
+    assert_eq!(
+        shipped.status.code(),
+        Some(0),
+        "the shipped example is valid"
+    );
+}
+
+#[test]
+fn serve_refuses_a_bad_config_before_binding_any_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, BAD).expect("write");
+    let out = sluice()
+        .args(["serve", "--config"])
+        .arg(&bad)
+        .args(["--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.yaml:4: "));
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = sluice().arg("--version").output().expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        concat!("sluice ", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn sigterm_drains_and_exits_0() {
+    let mut s = Sluice::start(GOOD);
+    let mut stream = std::net::TcpStream::connect(s.admin).expect("admin up");
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("read");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert_eq!(s.terminate(), Some(0));
+    let logs: Vec<String> = s.stderr.try_iter().collect();
+    assert!(logs.iter().any(|l| l.contains("NOT_SERVING")), "{logs:?}");
+    assert!(logs.iter().any(|l| l.contains("\"stopped\"")), "{logs:?}");
+}
