@@ -80,10 +80,10 @@ fn envoy_types_version() -> String {
     let text = std::fs::read_to_string(&lock).unwrap_or_default();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        if line == "name = \"envoy-types\"" {
-            if let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \"")) {
-                return v.trim_end_matches('"').to_string();
-            }
+        if line == "name = \"envoy-types\""
+            && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \""))
+        {
+            return v.trim_end_matches('"').to_string();
         }
     }
     "0.7.7".to_string()

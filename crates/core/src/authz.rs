@@ -179,17 +179,17 @@ impl AuthzPlan {
     /// With `trusted_hops: N` (N ≥ 1), the Nth address from the right of X-Forwarded-For (the one
     /// the outermost trusted proxy saw); with 0, or too few addresses, the peer address.
     fn client_ip<'r>(&self, req: &'r impl RequestView) -> Option<&'r str> {
-        if self.trusted_hops > 0 {
-            if let Some(xff) = req.header("x-forwarded-for") {
-                let hops: Vec<&str> = xff
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                let n = self.trusted_hops as usize;
-                if hops.len() >= n {
-                    return Some(hops[hops.len() - n]);
-                }
+        if self.trusted_hops > 0
+            && let Some(xff) = req.header("x-forwarded-for")
+        {
+            let hops: Vec<&str> = xff
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            let n = self.trusted_hops as usize;
+            if hops.len() >= n {
+                return Some(hops[hops.len() - n]);
             }
         }
         req.peer_ip()

@@ -146,15 +146,15 @@ impl Engine {
             evicted,
             "max_keys reached; evicted the least recently used keys"
         );
-        if !returns.is_empty() {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let store = Arc::clone(self.store());
-                handle.spawn(async move {
-                    for r in returns {
-                        let _ = store.release(&r.store_key, r.rate, r.tokens).await;
-                    }
-                });
-            }
+        if !returns.is_empty()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let store = Arc::clone(self.store());
+            handle.spawn(async move {
+                for r in returns {
+                    let _ = store.release(&r.store_key, r.rate, r.tokens).await;
+                }
+            });
         }
     }
 }

@@ -158,12 +158,12 @@ fn rate_limit_headers(
         ));
         out.push(header("ratelimit", headers::ratelimit(policies)));
     }
-    if settings.legacy_x_ratelimit_headers {
-        if let Some(p) = headers::tightest(policies) {
-            out.push(header("x-ratelimit-limit", p.quota.to_string()));
-            out.push(header("x-ratelimit-remaining", p.remaining.to_string()));
-            out.push(header("x-ratelimit-reset", p.reset_secs.to_string()));
-        }
+    if settings.legacy_x_ratelimit_headers
+        && let Some(p) = headers::tightest(policies)
+    {
+        out.push(header("x-ratelimit-limit", p.quota.to_string()));
+        out.push(header("x-ratelimit-remaining", p.remaining.to_string()));
+        out.push(header("x-ratelimit-reset", p.reset_secs.to_string()));
     }
     out
 }
@@ -216,7 +216,7 @@ impl<'a> CheckView<'a> {
         let attributes = req.attributes.as_ref()?;
         let http = attributes.request.as_ref()?.http.as_ref()?;
         let raw_headers = (http.headers.is_empty())
-            .then(|| http.header_map.as_ref())
+            .then_some(http.header_map.as_ref())
             .flatten()
             .map(|m| {
                 let mut merged: HashMap<String, String> = HashMap::new();

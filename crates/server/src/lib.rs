@@ -3,8 +3,8 @@
 //! # Layout
 //! - [`state`]: [`AppState`], what every handler shares (engine, swappable runtime config, metrics).
 //! - [`validate`]: request limits and the conversion of Envoy descriptors into the engine's.
-//! - [`rls`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
-//! - [`authz`]: `envoy.service.auth.v3.Authorization/Check`.
+//! - [`rls`] — the rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+//! - [`authz`] — the ext_authz service, `envoy.service.auth.v3.Authorization/Check`.
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series.

@@ -20,6 +20,7 @@ pub struct Sluice {
 
 impl Sluice {
     /// Starts `sluice serve` on the config `yaml`, on ports the OS picks.
+    #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
     pub fn start(yaml: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("sluice.yaml");
@@ -53,22 +54,22 @@ impl Sluice {
             let line = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("sluice did not report serving in 20 s");
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                if v["fields"]["message"] == "sluice serving" {
-                    let addr = |k: &str| {
-                        v["fields"][k]
-                            .as_str()
-                            .and_then(|s| s.parse().ok())
-                            .expect("address")
-                    };
-                    return Self {
-                        grpc: addr("grpc"),
-                        admin: addr("admin"),
-                        child,
-                        stderr: rx,
-                        dir,
-                    };
-                }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && v["fields"]["message"] == "sluice serving"
+            {
+                let addr = |k: &str| {
+                    v["fields"][k]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .expect("address")
+                };
+                return Self {
+                    grpc: addr("grpc"),
+                    admin: addr("admin"),
+                    child,
+                    stderr: rx,
+                    dir,
+                };
             }
         }
     }
