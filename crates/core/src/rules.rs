@@ -6,7 +6,7 @@
 //! *last* entry lands; a level with no `rate_limit` exempts the request. A descriptor longer than
 //! the tree matches nothing.
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
 use std::path::{Path, PathBuf};
 
 use crate::Unit;
@@ -15,6 +15,9 @@ use crate::config::load::{fnv1a, fnv1a_of};
 use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
 use crate::config::{ConfigError, Fallback, Mode};
 use crate::descriptor::Entry;
+
+/// Maps on the decision path hash with foldhash (fast, seeded per process).
+type HashMap<K, V> = StdHashMap<K, V, foldhash::fast::RandomState>;
 
 /// Index of a rule in its [`RuleSet`].
 pub type RuleId = u32;
@@ -98,7 +101,7 @@ impl RuleSet {
     /// Compiles and validates domain files (each with the file it came from).
     pub fn compile(domains: &[(PathBuf, DomainFile)]) -> Result<Self, ConfigError> {
         let mut set = RuleSet::default();
-        let mut seen: HashMap<&str, (&Path, u64)> = HashMap::new();
+        let mut seen: HashMap<&str, (&Path, u64)> = HashMap::default();
         for (file, domain) in domains {
             let name = domain.domain.value.as_str();
             let line = domain.domain.referenced.line();

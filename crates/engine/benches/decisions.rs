@@ -14,7 +14,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dashmap::DashMap;
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
-use sluice_core::{Descriptor, Entry, ManualClock, RuleSet, Unit};
+use sluice_core::{Descriptor, Entry, RuleSet, SystemClock, Unit};
 use sluice_engine::bucket::LeaseBucket;
 use sluice_engine::{
     Code, Engine, EngineMetrics, EngineSettings, MemoryStore, RateLimitRequest, key,
@@ -41,11 +41,10 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 
 /// The whole decision: match the descriptor, find the key, take from the lease.
 fn lease_hit(c: &mut Criterion) {
-    let clock = ManualClock::at(1);
     let engine = Engine::new(
         rules(),
-        MemoryStore::new(clock.clone()),
-        Arc::new(clock),
+        MemoryStore::new(SystemClock::new()),
+        Arc::new(SystemClock::new()),
         EngineSettings::default(),
         EngineMetrics::unregistered(),
     );

@@ -129,8 +129,9 @@ impl LeaseState {
 
     /// Adds a grant to the lease and updates the demand estimate.
     pub fn add_grant(&mut self, granted: u64, remaining: f64, now: u64) {
-        let elapsed = now.saturating_sub(self.leased_at);
-        if elapsed > 0 {
+        // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
+        let elapsed = now.saturating_sub(self.leased_at).max(1);
+        {
             let rate = self.spent_since_lease as f64 * 1e6 / elapsed as f64;
             self.demand_per_sec = if self.demand_per_sec == 0.0 {
                 rate

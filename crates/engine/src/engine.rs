@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
+use smallvec::SmallVec;
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{Limit, Match, RuleId};
@@ -135,6 +136,9 @@ pub struct Decision {
     pub unknown_domain: bool,
 }
 
+/// Plans of one request; inline for the common few descriptors, so a decision allocates little.
+type Plans = SmallVec<[Plan; 4]>;
+
 /// A descriptor's plan during a decision.
 struct Plan {
     index: usize,
@@ -245,13 +249,13 @@ impl Engine {
     }
 
     /// Matches descriptors to limits and finds their buckets.
-    fn plan(&self, rules: &RuleSet, req: &RateLimitRequest<'_>, now: u64) -> Vec<Plan> {
+    fn plan(&self, rules: &RuleSet, req: &RateLimitRequest<'_>, now: u64) -> Plans {
         let default_hits = if req.hits_addend == 0 {
             1
         } else {
             req.hits_addend
         };
-        let mut plans = Vec::with_capacity(req.descriptors.len());
+        let mut plans = Plans::new();
         let mut replaced: Option<HashSet<&str>> = None;
         for (index, d) in req.descriptors.iter().enumerate() {
             let hits = d.hits_addend.unwrap_or(default_hits);
@@ -484,10 +488,10 @@ impl Engine {
     /// Charges every bucket or none, and fills the outcomes.
     fn charge(&self, plans: &[Plan], outcomes: &mut [DescriptorOutcome], now: u64) -> Code {
         // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
-        let mut order: Vec<usize> = (0..plans.len()).collect();
+        let mut order: SmallVec<[usize; 4]> = (0..plans.len()).collect();
         order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
         order.dedup_by_key(|i| Arc::as_ptr(&plans[*i].bucket) as usize);
-        let mut guards: Vec<_> = order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
+        let mut guards: SmallVec<[_; 4]> = order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
         let instances = self.live_instances.load(Ordering::Relaxed);
 
         // Pass 1: can every enforcing bucket pay?
