@@ -6,16 +6,15 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
-use smallvec::SmallVec;
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{Limit, Match, RuleId};
 use sluice_core::{Clock, Descriptor, RuleSet};
+use smallvec::SmallVec;
 
 use crate::bucket::LeaseBucket;
 use crate::key::{self, BucketKey};
@@ -159,8 +158,6 @@ pub struct Engine {
     pub(crate) buckets: DashMap<BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>,
     pub(crate) settings: EngineSettings,
     pub(crate) metrics: EngineMetrics,
-    /// Live instances sharing the global store (for `fallback: local_share`); at least 1.
-    live_instances: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -189,7 +186,6 @@ impl Engine {
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             settings,
             metrics,
-            live_instances: AtomicU64::new(1),
         }
     }
 
@@ -217,11 +213,6 @@ impl Engine {
     /// How many keys are tracked.
     pub fn tracked_keys(&self) -> usize {
         self.buckets.len()
-    }
-
-    /// Sets the number of live instances sharing the store (for `local_share`).
-    pub fn set_live_instances(&self, n: u64) {
-        self.live_instances.store(n.max(1), Ordering::Relaxed);
     }
 
     /// Decides a request.
@@ -491,8 +482,13 @@ impl Engine {
         let mut order: SmallVec<[usize; 4]> = (0..plans.len()).collect();
         order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
         order.dedup_by_key(|i| Arc::as_ptr(&plans[*i].bucket) as usize);
-        let mut guards: SmallVec<[_; 4]> = order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
-        let instances = self.live_instances.load(Ordering::Relaxed);
+        let mut guards: SmallVec<[_; 4]> =
+            order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
+        let instances = if plans.iter().any(|p| p.store_down) {
+            self.store.live_instances().max(1)
+        } else {
+            1
+        };
 
         // Pass 1: can every enforcing bucket pay?
         let mut allowed = true;

@@ -56,6 +56,17 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// The bucket's tokens after a refill, without changing it.
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;
 
+    /// Whether the store is known to be unavailable (circuit open, not connected): decisions use
+    /// each rule's fallback. Reported in `/readyz` and `sluice_degraded`.
+    fn degraded(&self) -> bool {
+        false
+    }
+
+    /// Live sluice instances sharing this store (for `fallback: local_share`); at least 1.
+    fn live_instances(&self) -> u64 {
+        1
+    }
+
     /// Periodic upkeep (dropping idle state); called by the engine's maintenance loop.
     fn housekeeping(&self) {}
 

@@ -13,7 +13,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_saphyr::Spanned;
 
 use super::model::{ConfigFile, DomainFile, MapConfig};
-use super::{ConfigError, EngineSettings, ResponseSettings};
+use super::{ConfigError, EngineSettings, RedisSettings, ResponseSettings};
 use crate::authz::{AuthzPlan, ValueMap};
 use crate::rules::RuleSet;
 
@@ -28,6 +28,8 @@ pub struct Config {
     pub engine: EngineSettings,
     /// Response options.
     pub response: ResponseSettings,
+    /// The global store, if not the embedded one.
+    pub redis: Option<RedisSettings>,
     /// Every file read, in order (config, includes, map files): what a reload watches.
     pub files: Vec<PathBuf>,
     /// A short hash of every file's path and content, identifying this configuration.
@@ -62,12 +64,7 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
 
     let Some((config_path, mut file)) = sluice_file else {
         let rules = RuleSet::compile(&domains)?;
-        return Ok(reader.finish(
-            rules,
-            None,
-            EngineSettings::default(),
-            ResponseSettings::default(),
-        ));
+        return Ok(reader.finish(rules, None, Settings::default()));
     };
 
     for (path, domain) in std::mem::take(&mut file.domains)
@@ -92,6 +89,9 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         }
     }
     validate_engine(&config_path, &file.engine)?;
+    if let Some(redis) = &file.redis {
+        validate_redis(&config_path, redis)?;
+    }
     let rules = RuleSet::compile(&domains)?;
     let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
     let authz = file
@@ -99,7 +99,12 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         .as_ref()
         .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
         .transpose()?;
-    Ok(reader.finish(rules, authz, file.engine, file.response))
+    let settings = Settings {
+        engine: file.engine,
+        response: file.response,
+        redis: file.redis,
+    };
+    Ok(reader.finish(rules, authz, settings))
 }
 
 /// The files a path stands for: itself, or the `*.yaml`/`*.yml` files of a directory, sorted.
@@ -179,6 +184,45 @@ fn validate_engine(config: &Path, engine: &EngineSettings) -> Result<(), ConfigE
         return bad("lease_horizon, lease_ttl and idle_timeout must be above zero");
     }
     Ok(())
+}
+
+/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes.
+fn validate_redis(config: &Path, redis: &RedisSettings) -> Result<(), ConfigError> {
+    let bad = |m: String| Err(ConfigError::at(config, 0, format!("redis: {m}")));
+    let urls: Vec<&String> = redis.url.iter().chain(&redis.cluster_nodes).collect();
+    match (&redis.url, redis.cluster_nodes.is_empty()) {
+        (Some(_), false) => return bad("give either `url` or `cluster_nodes`, not both".into()),
+        (None, true) => {
+            return bad("needs `url` (standalone) or `cluster_nodes` (Redis Cluster)".into());
+        }
+        _ => {}
+    }
+    for u in urls {
+        if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
+            // Never echo the URL: it may hold a password.
+            return bad("every address must start with redis:// or rediss://".into());
+        }
+    }
+    if redis.timeout.0.is_zero() || redis.connect_timeout.0.is_zero() {
+        return bad("timeout and connect_timeout must be above zero".into());
+    }
+    if redis.breaker_failures == 0 {
+        return bad("breaker_failures must be at least 1".into());
+    }
+    if let Some(var) = &redis.password_env
+        && std::env::var_os(var).is_none()
+    {
+        return bad(format!("password_env names {var}, which is not set"));
+    }
+    Ok(())
+}
+
+/// The settings part of a config, defaulted for a bare domain file or directory.
+#[derive(Default)]
+struct Settings {
+    engine: EngineSettings,
+    response: ResponseSettings,
+    redis: Option<RedisSettings>,
 }
 
 fn load_maps(
@@ -261,18 +305,13 @@ impl Reader {
         })
     }
 
-    fn finish(
-        self,
-        rules: RuleSet,
-        authz: Option<AuthzPlan>,
-        engine: EngineSettings,
-        response: ResponseSettings,
-    ) -> Config {
+    fn finish(self, rules: RuleSet, authz: Option<AuthzPlan>, settings: Settings) -> Config {
         Config {
             rules,
             authz,
-            engine,
-            response,
+            engine: settings.engine,
+            response: settings.response,
+            redis: settings.redis,
             files: self.files,
             version: format!("{:016x}", self.hash),
         }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 pub use duration::HumanDuration;
 pub use load::{Config, load_config};
-pub use model::{EngineSettings, Fallback, Mode, ResponseSettings};
+pub use model::{EngineSettings, Fallback, Mode, RedisSettings, ResponseSettings};
 
 /// A configuration error, located at `file:line`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -32,6 +32,56 @@ pub struct ConfigFile {
     /// What responses carry besides the decision.
     #[serde(default)]
     pub response: ResponseSettings,
+    /// The global store; without it sluice runs on its embedded in-memory store.
+    pub redis: Option<RedisSettings>,
+}
+
+/// `redis:`: where global buckets live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// A standalone Redis: `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS.
+    pub url: Option<String>,
+    /// A Redis Cluster: seed nodes, each `redis://host:port` (or `rediss://`).
+    #[serde(default)]
+    pub cluster_nodes: Vec<String>,
+    /// An environment variable holding the password (instead of putting it in the URL).
+    pub password_env: Option<String>,
+    /// Longest wait for one script call; a decision never waits longer for Redis.
+    #[serde(default = "default_redis_timeout")]
+    pub timeout: HumanDuration,
+    /// Longest wait to open a connection.
+    #[serde(default = "default_redis_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Consecutive failures that open the circuit breaker (calls then fail at once).
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// How often an open breaker probes Redis (PING) to close again.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval: HumanDuration,
+    /// How often this instance announces itself (for `fallback: local_share`).
+    #[serde(default = "default_heartbeat_interval")]
+    pub heartbeat_interval: HumanDuration,
+}
+
+fn default_redis_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(20))
+}
+
+fn default_redis_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(1))
+}
+
+fn default_breaker_failures() -> u32 {
+    3
+}
+
+fn default_probe_interval() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
+}
+
+fn default_heartbeat_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(1))
 }
 
 /// One domain, exactly as an envoyproxy/ratelimit config file writes it.

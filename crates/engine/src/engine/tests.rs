@@ -369,13 +369,18 @@ impl GlobalStore for DownStore {
     fn name(&self) -> &'static str {
         "down"
     }
+    fn degraded(&self) -> bool {
+        true
+    }
+    fn live_instances(&self) -> u64 {
+        2
+    }
 }
 
 #[tokio::test]
 async fn fallbacks_apply_while_the_store_is_down() {
     let clock = ManualClock::at(1);
     let e = engine_on(Arc::new(DownStore), &clock, EngineSettings::default());
-    e.set_live_instances(2);
     let share = [d(&[("ip", "z")])];
     assert_eq!(
         admitted(&e, &share, 20).await,

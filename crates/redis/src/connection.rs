@@ -1,0 +1,94 @@
+//! Connections: a standalone Redis through a reconnecting `ConnectionManager`, or a Redis Cluster.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{IntoConnectionInfo, RedisError};
+use sluice_core::config::RedisSettings;
+
+/// A connection usable by scripts; cheap to clone (both kinds multiplex one socket per node).
+#[derive(Clone)]
+pub enum Conn {
+    /// Standalone Redis.
+    Single(ConnectionManager),
+    /// Redis Cluster: commands are routed by key slot; MOVED/ASK are followed by redis-rs.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "Conn::Single",
+            Conn::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl Conn {
+    /// Runs a script invocation on this connection.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisError> {
+        match self {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    /// PING.
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        let cmd = redis::cmd("PING");
+        match self {
+            Conn::Single(c) => cmd.query_async::<String>(&mut c.clone()).await.map(|_| ()),
+            Conn::Cluster(c) => cmd.query_async::<String>(&mut c.clone()).await.map(|_| ()),
+        }
+    }
+}
+
+/// Which kind of deployment the settings describe.
+pub fn is_cluster(settings: &RedisSettings) -> bool {
+    !settings.cluster_nodes.is_empty()
+}
+
+fn password(settings: &RedisSettings) -> Option<String> {
+    settings
+        .password_env
+        .as_ref()
+        .and_then(|v| std::env::var(v).ok())
+}
+
+/// A standalone connection manager. It connects lazily and reconnects by itself, so sluice starts
+/// (degraded) even while Redis is down.
+pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
+    let url = settings.url.as_deref().unwrap_or_default();
+    let mut info = url.into_connection_info()?;
+    if let Some(p) = password(settings) {
+        let redis = info.redis_settings().clone().set_password(p);
+        info = info.set_redis_settings(redis);
+    }
+    let client = redis::Client::open(info)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout.0))
+        .set_response_timeout(Some(settings.timeout.0))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
+        client, config,
+    )?))
+}
+
+/// A cluster connection (discovers the slot map from the seed nodes).
+pub async fn cluster(settings: &RedisSettings) -> Result<Conn, RedisError> {
+    let mut builder = ClusterClientBuilder::new(settings.cluster_nodes.clone())
+        .connection_timeout(settings.connect_timeout.0)
+        .response_timeout(settings.timeout.0)
+        .retries(2);
+    if let Some(p) = password(settings) {
+        builder = builder.password(p);
+    }
+    let client = builder.build()?;
+    Ok(Conn::Cluster(client.get_async_connection().await?))
+}

@@ -1,0 +1,18 @@
+//! sluice's global store on Redis and Redis Cluster.
+//!
+//! Every global bucket is one Redis hash, changed only by the Lua scripts in `lua/`, which refill it
+//! from Redis's own `TIME` (one clock for every sidecar) and touch exactly one key per call.
+//!
+//! # Layout
+//! - [`scripts`]: the Lua scripts, each loaded once into a [`redis::Script`] (NOSCRIPT handled).
+//! - [`connection`]: standalone (a reconnecting `ConnectionManager`) or cluster connections.
+//! - [`breaker`]: the circuit breaker that keeps a down Redis from costing more than one timeout.
+//! - [`store`]: [`RedisStore`], the [`GlobalStore`](sluice_engine::GlobalStore) implementation,
+//!   with its background probe and instance heartbeat.
+
+pub mod breaker;
+pub mod connection;
+pub mod scripts;
+pub mod store;
+
+pub use store::{RedisMetrics, RedisStore};

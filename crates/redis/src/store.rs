@@ -1,0 +1,341 @@
+//! [`RedisStore`]: global buckets in Redis, with a circuit breaker, a probe and a heartbeat.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use prometheus::{IntCounter, IntGauge, Registry};
+use redis::RedisError;
+use sluice_core::bucket::Rate;
+use sluice_core::config::RedisSettings;
+use sluice_engine::store::StoreFuture;
+use sluice_engine::{GlobalStore, LeaseGrant, StoreError};
+
+use crate::breaker::Breaker;
+use crate::connection::{self, Conn};
+use crate::scripts::{self, HEARTBEAT, LEASE, PEEK, RELEASE};
+
+/// The key of the live-instance set (one key, so it works the same on a cluster).
+const INSTANCES_KEY: &str = "sluice:{instances}";
+
+/// Redis store metrics.
+#[derive(Debug, Clone)]
+pub struct RedisMetrics {
+    /// `sluice_degraded`: 1 while the store is unavailable and rules use their fallback.
+    pub degraded: IntGauge,
+    /// `sluice_live_instances`: sidecars seen by the heartbeat (for `local_share`).
+    pub live_instances: IntGauge,
+    /// `sluice_redis_breaker_opens_total`: times the circuit breaker opened.
+    pub breaker_opens: IntCounter,
+}
+
+impl RedisMetrics {
+    /// Creates and registers the series.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let m = Self {
+            degraded: IntGauge::new(
+                "sluice_degraded",
+                "1 while the global store is unavailable (fallbacks apply)",
+            )?,
+            live_instances: IntGauge::new(
+                "sluice_live_instances",
+                "sluice instances sharing the global store",
+            )?,
+            breaker_opens: IntCounter::new(
+                "sluice_redis_breaker_opens_total",
+                "Times the Redis circuit breaker opened",
+            )?,
+        };
+        registry.register(Box::new(m.degraded.clone()))?;
+        registry.register(Box::new(m.live_instances.clone()))?;
+        registry.register(Box::new(m.breaker_opens.clone()))?;
+        Ok(m)
+    }
+
+    /// Metrics in a private registry (tests).
+    pub fn unregistered() -> Self {
+        Self::register(&Registry::new()).unwrap_or_else(|e| unreachable!("fresh registry: {e}"))
+    }
+}
+
+/// Global buckets in Redis or Redis Cluster.
+pub struct RedisStore {
+    /// `None` until a cluster connection is established (standalone connects lazily).
+    conn: ArcSwapOption<Conn>,
+    breaker: Breaker,
+    settings: RedisSettings,
+    cluster: bool,
+    instance_id: String,
+    live: AtomicU64,
+    metrics: RedisMetrics,
+}
+
+impl std::fmt::Debug for RedisStore {
+    // Settings hold URLs, which may hold passwords: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("cluster", &self.cluster)
+            .field("breaker_closed", &self.breaker.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Creates the store and starts its probe and heartbeat tasks (call inside a Tokio runtime).
+    /// It does not wait for Redis: a store that cannot connect yet starts degraded.
+    pub fn start(settings: RedisSettings, metrics: RedisMetrics) -> Result<Arc<Self>, StoreError> {
+        let cluster = connection::is_cluster(&settings);
+        let (conn, breaker) = if cluster {
+            (None, Breaker::new_open(settings.breaker_failures))
+        } else {
+            let conn =
+                connection::standalone(&settings).map_err(|e| StoreError::Protocol(safe(&e)))?;
+            (
+                Some(Arc::new(conn)),
+                Breaker::new(settings.breaker_failures),
+            )
+        };
+        let id = format!(
+            "{}-{}-{:016x}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "sluice".into()),
+            std::process::id(),
+            foldhash::fast::RandomState::default().hash_one(std::process::id())
+        );
+        let store = Arc::new(Self {
+            conn: ArcSwapOption::new(conn),
+            breaker,
+            settings,
+            cluster,
+            instance_id: id,
+            live: AtomicU64::new(1),
+            metrics,
+        });
+        store
+            .metrics
+            .degraded
+            .set(i64::from(!store.breaker.is_closed()));
+        tokio::spawn(probe_loop(Arc::downgrade(&store)));
+        tokio::spawn(heartbeat_loop(Arc::downgrade(&store)));
+        Ok(store)
+    }
+
+    /// Lease with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        want: u64,
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
+        let mut inv = LEASE.prepare_invoke();
+        inv.key(key)
+            .arg(&scripts::rate_args(&rate)[..])
+            .arg(want)
+            .arg(scripts::now_arg(now));
+        let (granted, milli): (u64, i64) = self.call(&inv).await?;
+        Ok(LeaseGrant {
+            granted,
+            remaining: milli as f64 / 1000.0,
+        })
+    }
+
+    /// Release with an explicit `now`; returns the tokens left.
+    pub async fn release_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        tokens: u64,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(key)
+            .arg(&scripts::rate_args(&rate)[..])
+            .arg(tokens)
+            .arg(scripts::now_arg(now));
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
+    /// Peek with an explicit `now`.
+    pub async fn peek_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let mut inv = PEEK.prepare_invoke();
+        inv.key(key)
+            .arg(&scripts::rate_args(&rate)[..])
+            .arg(scripts::now_arg(now));
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
+    /// Removes this instance from the live set (at shutdown).
+    pub async fn leave(&self) {
+        let _ = self.heartbeat(true).await;
+    }
+
+    async fn heartbeat(&self, leave: bool) -> Result<u64, StoreError> {
+        let ttl_ms = (self.settings.heartbeat_interval.0 * 3).as_millis() as u64;
+        let mut inv = HEARTBEAT.prepare_invoke();
+        inv.key(INSTANCES_KEY)
+            .arg(&self.instance_id)
+            .arg(ttl_ms)
+            .arg(if leave { "leave" } else { "" });
+        self.call(&inv).await
+    }
+
+    /// One script call: refused at once while the breaker is open, bounded by the timeout.
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        if !self.breaker.is_closed() {
+            return Err(StoreError::Unavailable("circuit open".into()));
+        }
+        let Some(conn) = self.conn.load_full() else {
+            return Err(StoreError::Unavailable("not connected".into()));
+        };
+        let result = match tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(StoreError::Timeout),
+        };
+        match &result {
+            Ok(_) => self.breaker.success(),
+            Err(e) => {
+                if self.breaker.failure() {
+                    self.metrics.breaker_opens.inc();
+                    self.metrics.degraded.set(1);
+                    tracing::warn!(error = %e, "Redis circuit breaker open: rules use their fallback until Redis answers");
+                }
+            }
+        }
+        result
+    }
+}
+
+impl GlobalStore for RedisStore {
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        Box::pin(self.lease_at(key, rate, want, None))
+    }
+
+    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.release_at(key, rate, tokens, None).await.map(|_| ()) })
+    }
+
+    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
+        Box::pin(self.peek_at(key, rate, None))
+    }
+
+    fn degraded(&self) -> bool {
+        !self.breaker.is_closed()
+    }
+
+    fn live_instances(&self) -> u64 {
+        self.live.load(Ordering::Relaxed).max(1)
+    }
+
+    fn name(&self) -> &'static str {
+        if self.cluster {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+}
+
+/// Maps a Redis error to the engine's kinds. Cluster states that pass (CLUSTERDOWN during
+/// failover, TRYAGAIN and ASK/MOVED storms during resharding, LOADING after a restart) are
+/// `Unavailable`, so rules fall back and the breaker can open; anything else is a protocol error.
+fn classify(e: &RedisError) -> StoreError {
+    const TRANSIENT: &[&str] = &[
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MASTERDOWN",
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "MOVED",
+        "ASK",
+    ];
+    if e.is_timeout() {
+        StoreError::Timeout
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.code().is_some_and(|c| TRANSIENT.contains(&c))
+    {
+        StoreError::Unavailable(safe(e))
+    } else {
+        StoreError::Protocol(safe(e))
+    }
+}
+
+/// An error's text without anything that could carry credentials.
+fn safe(e: &RedisError) -> String {
+    e.code()
+        .map_or_else(|| format!("{:?}", e.kind()), str::to_string)
+}
+
+/// While the breaker is open: connect if needed, PING, close the breaker when Redis answers.
+async fn probe_loop(store: Weak<RedisStore>) {
+    let interval = match store.upgrade() {
+        Some(s) => s.settings.probe_interval.0,
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(store) = store.upgrade() else { return };
+        if store.breaker.is_closed() {
+            store.metrics.degraded.set(0);
+            continue;
+        }
+        store.metrics.degraded.set(1);
+        if store.conn.load().is_none() {
+            match connection::cluster(&store.settings).await {
+                Ok(conn) => store.conn.store(Some(Arc::new(conn))),
+                Err(e) => {
+                    tracing::debug!(error = %safe(&e), "Redis Cluster not reachable yet");
+                    continue;
+                }
+            }
+        }
+        let Some(conn) = store.conn.load_full() else {
+            continue;
+        };
+        let timeout = store.settings.timeout.0.max(Duration::from_millis(100));
+        if let Ok(Ok(())) = tokio::time::timeout(timeout, conn.ping()).await {
+            store.breaker.close();
+            store.metrics.degraded.set(0);
+            tracing::info!(
+                store = store.name(),
+                "Redis answers again: global enforcement resumed"
+            );
+        }
+    }
+}
+
+/// Announces this instance and reads how many are live.
+async fn heartbeat_loop(store: Weak<RedisStore>) {
+    let interval = match store.upgrade() {
+        Some(s) => s.settings.heartbeat_interval.0,
+        None => return,
+    };
+    loop {
+        if let Some(s) = store.upgrade() {
+            if s.breaker.is_closed()
+                && let Ok(n) = s.heartbeat(false).await
+            {
+                s.live.store(n.max(1), Ordering::Relaxed);
+                s.metrics.live_instances.set(n as i64);
+            }
+        } else {
+            return;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
