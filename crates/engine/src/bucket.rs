@@ -1,7 +1,7 @@
 //! One key's local state: a lease of global tokens (strict, exact) or a whole bucket (local).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sluice_core::bucket::{BucketState, Rate};
 use sluice_core::config::{Fallback, Mode};
@@ -22,6 +22,9 @@ pub struct LeaseBucket {
     pub store_key: String,
     /// Last decision time, read by eviction without taking the lock.
     last_used: AtomicU64,
+    /// Held while a store call for this key is in flight (single flight); async because the
+    /// holder awaits the store. `Arc` so a background refill can own it.
+    pub refill: Arc<tokio::sync::Mutex<()>>,
     state: Mutex<LeaseState>,
 }
 
@@ -44,6 +47,8 @@ pub struct LeaseState {
     pub spent_since_lease: u64,
     /// Smoothed demand, tokens per second.
     pub demand_per_sec: f64,
+    /// The size of the last lease asked for (the low watermark is half of it).
+    pub last_want: u64,
 }
 
 impl LeaseBucket {
@@ -55,6 +60,7 @@ impl LeaseBucket {
             fallback,
             store_key,
             last_used: AtomicU64::new(now),
+            refill: Arc::new(tokio::sync::Mutex::new(())),
             state: Mutex::new(LeaseState {
                 local: BucketState::full(&rate, now),
                 lease: 0,
@@ -64,6 +70,7 @@ impl LeaseBucket {
                 leased_at: now,
                 spent_since_lease: 0,
                 demand_per_sec: 0.0,
+                last_want: 0,
             }),
         }
     }
@@ -127,8 +134,13 @@ impl LeaseState {
         }
     }
 
-    /// Adds a grant to the lease and updates the demand estimate.
-    pub fn add_grant(&mut self, granted: u64, remaining: f64, now: u64) {
+    /// Whether a busy lease is down to half of what was last asked for: time to refill ahead.
+    pub fn lease_is_low(&self) -> bool {
+        self.last_want > 1 && self.lease <= self.last_want / 2
+    }
+
+    /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
+    pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
         // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
         let elapsed = now.saturating_sub(self.leased_at).max(1);
         {
@@ -140,6 +152,7 @@ impl LeaseState {
             };
         }
         self.lease += granted;
+        self.last_want = want;
         self.global_remaining = remaining;
         self.global_known = true;
         self.leased_at = now;

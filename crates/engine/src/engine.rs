@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
@@ -18,8 +18,9 @@ use smallvec::SmallVec;
 
 use crate::bucket::LeaseBucket;
 use crate::key::{self, BucketKey};
+use crate::lease::Leaser;
 use crate::metrics::EngineMetrics;
-use crate::store::{GlobalStore, StoreError};
+use crate::store::GlobalStore;
 
 /// Engine tuning, in the engine's units.
 #[derive(Debug, Clone)]
@@ -136,23 +137,24 @@ pub struct Decision {
 }
 
 /// Plans of one request; inline for the common few descriptors, so a decision allocates little.
-type Plans = SmallVec<[Plan; 4]>;
+pub(crate) type Plans = SmallVec<[Plan; 4]>;
 
 /// A descriptor's plan during a decision.
-struct Plan {
-    index: usize,
-    info: LimitInfo,
-    hits: u64,
-    bucket: Arc<LeaseBucket>,
+pub(crate) struct Plan {
+    pub(crate) index: usize,
+    pub(crate) info: LimitInfo,
+    pub(crate) hits: u64,
+    pub(crate) bucket: Arc<LeaseBucket>,
     /// Set when the store failed for this bucket during this decision.
-    store_down: bool,
+    pub(crate) store_down: bool,
 }
 
 /// The decision engine.
 pub struct Engine {
     clock: Arc<dyn Clock>,
     rules: ArcSwap<RuleSet>,
-    store: Arc<dyn GlobalStore>,
+    /// Talks to the global store (shared with background refills).
+    pub(crate) leaser: Arc<Leaser>,
     /// Bucket keys → local state. `Arc` values let a decision drop the map's shard lock before
     /// taking the bucket's own lock, so no map lock is ever held while another is taken.
     pub(crate) buckets: DashMap<BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>,
@@ -163,7 +165,7 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("store", &self.store.name())
+            .field("store", &self.leaser.store.name())
             .field("keys", &self.buckets.len())
             .field("settings", &self.settings)
             .finish()
@@ -182,7 +184,11 @@ impl Engine {
         Self {
             clock,
             rules: ArcSwap::from_pointee(rules),
-            store,
+            leaser: Arc::new(Leaser {
+                store,
+                metrics: metrics.clone(),
+                settings: settings.clone(),
+            }),
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             settings,
             metrics,
@@ -202,7 +208,7 @@ impl Engine {
 
     /// The global store.
     pub fn store(&self) -> &Arc<dyn GlobalStore> {
-        &self.store
+        &self.leaser.store
     }
 
     /// The engine clock's current time, in microseconds.
@@ -229,7 +235,7 @@ impl Engine {
             };
         }
         let mut plans = self.plan(&rules, req, now);
-        self.ensure_leases(&mut plans, now).await;
+        self.leaser.ensure(&mut plans, now).await;
         let overall = self.charge(&plans, &mut outcomes, now);
         Decision {
             overall,
@@ -344,138 +350,6 @@ impl Engine {
         bucket
     }
 
-    /// Asks the global store for tokens where a lease cannot cover this request's hits.
-    async fn ensure_leases(&self, plans: &mut [Plan], now: u64) {
-        for i in 0..plans.len() {
-            if plans[i].info.mode == Mode::Local {
-                continue;
-            }
-            // Hits of every plan on this same bucket (a request may repeat a descriptor).
-            let needed: u64 = plans
-                .iter()
-                .filter(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
-                .map(|p| p.hits)
-                .sum();
-            if plans[..i]
-                .iter()
-                .any(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
-            {
-                continue;
-            }
-            let plan = &plans[i];
-            let want = {
-                let state = plan.bucket.lock();
-                if needed == 0 {
-                    if state.global_known {
-                        continue;
-                    }
-                    None
-                } else if state.lease >= needed
-                    || (plan.info.mode == Mode::Strict && now < state.retry_at)
-                {
-                    continue;
-                } else {
-                    Some(self.lease_size(plan, needed - state.lease, state.demand_per_sec))
-                }
-            };
-            let down = match want {
-                None => self.peek_global(&plans[i].bucket, now).await,
-                Some(want) => {
-                    self.lease_from_store(&plans[i].bucket, want, needed, now)
-                        .await
-                }
-            };
-            if down {
-                let bucket = Arc::clone(&plans[i].bucket);
-                for p in plans.iter_mut().filter(|p| Arc::ptr_eq(&p.bucket, &bucket)) {
-                    p.store_down = true;
-                }
-            }
-        }
-    }
-
-    /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
-    /// `max_lease_fraction` of the burst (unless `missing` itself is more).
-    fn lease_size(&self, plan: &Plan, missing: u64, demand_per_sec: f64) -> u64 {
-        if plan.info.mode == Mode::Exact {
-            return missing;
-        }
-        let cap = ((plan.info.rate.burst as f64 * self.settings.max_lease_fraction).ceil() as u64)
-            .max(missing);
-        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
-        horizon.clamp(missing, cap)
-    }
-
-    /// Leases `want` tokens for `bucket`; returns whether the store was unavailable.
-    async fn lease_from_store(
-        &self,
-        bucket: &LeaseBucket,
-        want: u64,
-        needed: u64,
-        now: u64,
-    ) -> bool {
-        let started = Instant::now();
-        let result = self.store.lease(&bucket.store_key, bucket.rate, want).await;
-        self.observe("lease", started, &result);
-        match result {
-            Ok(grant) => {
-                self.metrics
-                    .lease_tokens
-                    .with_label_values(&["granted"])
-                    .inc_by(grant.granted);
-                let mut state = bucket.lock();
-                state.add_grant(grant.granted, grant.remaining, now);
-                if state.lease < needed {
-                    // Starved: wait for refill before asking again, at most one lease horizon.
-                    let until = bucket
-                        .rate
-                        .micros_until(grant.remaining, (needed - state.lease) as f64)
-                        .unwrap_or(u64::MAX);
-                    let horizon = self.settings.lease_horizon.as_micros() as u64;
-                    state.retry_at = now.saturating_add(until.clamp(1, horizon));
-                }
-                false
-            }
-            Err(e) => {
-                tracing::warn!(store = self.store.name(), error = %e, "lease failed; applying the rule's fallback");
-                true
-            }
-        }
-    }
-
-    /// Reads the global bucket for a peek; returns whether the store was unavailable.
-    async fn peek_global(&self, bucket: &LeaseBucket, _now: u64) -> bool {
-        let started = Instant::now();
-        let result = self.store.peek(&bucket.store_key, bucket.rate).await;
-        self.observe("peek", started, &result);
-        match result {
-            Ok(tokens) => {
-                let mut state = bucket.lock();
-                state.global_remaining = tokens;
-                state.global_known = true;
-                false
-            }
-            Err(_) => true,
-        }
-    }
-
-    pub(crate) fn observe<T>(&self, op: &str, started: Instant, result: &Result<T, StoreError>) {
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(StoreError::Timeout) => "timeout",
-            Err(StoreError::Unavailable(_)) => "unavailable",
-            Err(StoreError::Protocol(_)) => "error",
-        };
-        self.metrics
-            .store_calls
-            .with_label_values(&[op, outcome])
-            .inc();
-        self.metrics
-            .store_latency
-            .with_label_values(&[op])
-            .observe(started.elapsed().as_secs_f64());
-    }
-
     /// Charges every bucket or none, and fills the outcomes.
     fn charge(&self, plans: &[Plan], outcomes: &mut [DescriptorOutcome], now: u64) -> Code {
         // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
@@ -485,7 +359,7 @@ impl Engine {
         let mut guards: SmallVec<[_; 4]> =
             order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
         let instances = if plans.iter().any(|p| p.store_down) {
-            self.store.live_instances().max(1)
+            self.leaser.store.live_instances().max(1)
         } else {
             1
         };
@@ -505,6 +379,7 @@ impl Engine {
             }
         }
         // Pass 2: charge (all or nothing) and report.
+        let mut prefetch: SmallVec<[Arc<LeaseBucket>; 2]> = SmallVec::new();
         for (i, state) in &mut guards {
             let plan = &plans[*i];
             let needed = sum_hits(plans, *i);
@@ -517,6 +392,9 @@ impl Engine {
             let pays = forced.unwrap_or_else(|| state.spendable(mode, &rate, now) >= needed);
             if allowed && pays && forced.is_none() && needed > 0 {
                 state.spend(mode, &rate, now, needed);
+                if mode == Mode::Strict && state.lease_is_low() && now >= state.retry_at {
+                    prefetch.push(Arc::clone(&plan.bucket));
+                }
             }
             let remaining = state.remaining(mode, &rate, now).max(0.0);
             // Each descriptor reports its own bucket: one that could pay says OK even when another
@@ -548,6 +426,10 @@ impl Engine {
                     fallback: plan.store_down,
                 };
             }
+        }
+        drop(guards);
+        for bucket in prefetch {
+            self.leaser.prefetch(bucket, now);
         }
         // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
         if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {

@@ -9,12 +9,14 @@
 //! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key.
 //! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's local state.
 //! - [`engine`]: [`Engine`], the decision procedure (all-or-nothing across descriptors).
+//! - `lease`: single-flight lease calls, lease sizing, background refill.
 //! - [`maintenance`]: lease return, idle eviction and the `max_keys` bound.
 //! - [`metrics`]: the engine's Prometheus series.
 
 pub mod bucket;
 pub mod engine;
 pub mod key;
+mod lease;
 pub mod maintenance;
 pub mod memory;
 pub mod metrics;

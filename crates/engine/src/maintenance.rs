@@ -90,7 +90,7 @@ impl Engine {
         for r in returns {
             let started = std::time::Instant::now();
             let result = self.store().release(&r.store_key, r.rate, r.tokens).await;
-            self.observe("release", started, &result);
+            self.leaser.observe("release", started, &result);
             match result {
                 Ok(()) => self
                     .metrics

@@ -59,18 +59,19 @@ pub fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
+            // Degraded (global store down) is still ready: traffic must keep flowing on fallbacks.
             let runtime = state.runtime.load();
-            let store = state.engine.store().name();
+            let store = state.engine.store();
+            let body = format!(
+                "store: {}\ndegraded: {}\nconfig: {}\n",
+                store.name(),
+                store.degraded(),
+                runtime.version
+            );
             if state.is_draining() {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("draining\nstore: {store}\nconfig: {}\n", runtime.version),
-                )
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("draining\n{body}"))
             } else {
-                text(
-                    StatusCode::OK,
-                    format!("ready\nstore: {store}\nconfig: {}\n", runtime.version),
-                )
+                text(StatusCode::OK, format!("ready\n{body}"))
             }
         }
         _ => text(

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use prometheus::Registry;
 use sluice_core::{ConfigError, SystemClock};
-use sluice_engine::{Engine, EngineMetrics, EngineSettings, MemoryStore};
+use sluice_engine::{Engine, EngineMetrics, EngineSettings, GlobalStore, MemoryStore};
+use sluice_redis::{RedisMetrics, RedisStore};
 use sluice_server::metrics::ServerMetrics;
 use sluice_server::{AppState, Runtime, ServeOptions};
 
@@ -39,7 +40,17 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let shutdown = shutdown_signal()?;
         let registry = Registry::new();
         let clock = Arc::new(SystemClock::new());
-        let store = MemoryStore::new(SystemClock::new());
+        let (store, redis): (Arc<dyn GlobalStore>, Option<Arc<RedisStore>>) = match &config.redis {
+            None => (MemoryStore::new(SystemClock::new()), None),
+            Some(settings) => {
+                let metrics =
+                    RedisMetrics::register(&registry).context("registering Redis metrics")?;
+                let redis =
+                    RedisStore::start(settings.clone(), metrics).context("configuring Redis")?;
+                (redis.clone(), Some(redis))
+            }
+        };
+        let store_name = store.name();
         let engine_metrics =
             EngineMetrics::register(&registry).context("registering engine metrics")?;
         let server_metrics =
@@ -71,7 +82,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             config = %args.config.display(),
             version = %config.version,
             rules = rules_count,
-            store = "memory",
+            store = store_name,
             "sluice serving"
         );
         let options = ServeOptions {
@@ -80,6 +91,9 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         sluice_server::serve(state, grpc, admin, options, shutdown)
             .await
             .context("serving")?;
+        if let Some(redis) = redis {
+            redis.leave().await;
+        }
         Ok(())
     })
 }

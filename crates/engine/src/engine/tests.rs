@@ -1,6 +1,6 @@
 use super::*;
 use crate::memory::MemoryStore;
-use crate::store::{LeaseGrant, StoreFuture};
+use crate::store::{LeaseGrant, StoreError, StoreFuture};
 use sluice_core::config::load_config;
 use sluice_core::{Entry, ManualClock};
 

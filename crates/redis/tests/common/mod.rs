@@ -4,6 +4,8 @@
 //! is pulled here: CI builds a local stand-in under the public name first (see `.ci/run`).
 #![allow(dead_code)]
 
+pub mod engine;
+
 use std::net::TcpListener;
 use std::time::Duration;
 

@@ -1,0 +1,181 @@
+//! Getting tokens from the global store: one lease call per key at a time, sized to demand, with
+//! a background refill before a busy key's lease runs dry.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_core::config::Mode;
+
+use crate::bucket::LeaseBucket;
+use crate::engine::{EngineSettings, Plan};
+use crate::metrics::EngineMetrics;
+use crate::store::{GlobalStore, StoreError};
+
+/// The engine's side of the global store.
+pub(crate) struct Leaser {
+    pub(crate) store: Arc<dyn GlobalStore>,
+    pub(crate) metrics: EngineMetrics,
+    pub(crate) settings: EngineSettings,
+}
+
+impl Leaser {
+    /// Asks the store for tokens where a lease cannot cover this request's hits (strict, exact),
+    /// and reads the global bucket for peeks on keys never read. Marks plans whose store failed.
+    pub(crate) async fn ensure(&self, plans: &mut [Plan], now: u64) {
+        for i in 0..plans.len() {
+            if plans[i].info.mode == Mode::Local
+                || plans[..i]
+                    .iter()
+                    .any(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
+            {
+                continue;
+            }
+            // Hits of every plan on this same bucket (a request may repeat a descriptor).
+            let bucket = Arc::clone(&plans[i].bucket);
+            let needed: u64 = plans
+                .iter()
+                .filter(|p| Arc::ptr_eq(&p.bucket, &bucket))
+                .map(|p| p.hits)
+                .sum();
+            if self.covered(&bucket, plans[i].info.mode, needed, now) {
+                continue;
+            }
+            // Single flight: one store call per key at a time; the others wait for its result
+            // (bounded by the store's timeout) and then spend from the lease it brought.
+            let _flight = bucket.refill.lock().await;
+            if self.covered(&bucket, plans[i].info.mode, needed, now) {
+                continue;
+            }
+            let down = if needed == 0 {
+                self.peek(&bucket).await
+            } else {
+                let (missing, demand) = {
+                    let state = bucket.lock();
+                    (needed.saturating_sub(state.lease), state.demand_per_sec)
+                };
+                let want = self.lease_size(plans[i].info.mode, bucket.rate.burst, missing, demand);
+                self.lease(&bucket, want, needed, now).await
+            };
+            if down {
+                for p in plans.iter_mut().filter(|p| Arc::ptr_eq(&p.bucket, &bucket)) {
+                    p.store_down = true;
+                }
+            }
+        }
+    }
+
+    /// Whether no store call is needed: the lease covers `needed`, a starved key waits for
+    /// refill, or a peek already knows the global level.
+    fn covered(&self, bucket: &LeaseBucket, mode: Mode, needed: u64, now: u64) -> bool {
+        let state = bucket.lock();
+        if needed == 0 {
+            state.global_known
+        } else {
+            state.lease >= needed || (mode == Mode::Strict && now < state.retry_at)
+        }
+    }
+
+    /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
+    /// `max_lease_fraction` of the burst (unless `missing` itself is more). Exact mode asks for
+    /// exactly what is missing.
+    fn lease_size(&self, mode: Mode, burst: u64, missing: u64, demand_per_sec: f64) -> u64 {
+        if mode == Mode::Exact {
+            return missing;
+        }
+        let cap = ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing);
+        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
+        horizon.clamp(missing, cap)
+    }
+
+    /// Leases `want` tokens for `bucket`; returns whether the store was unavailable.
+    async fn lease(&self, bucket: &LeaseBucket, want: u64, needed: u64, now: u64) -> bool {
+        let started = Instant::now();
+        let result = self.store.lease(&bucket.store_key, bucket.rate, want).await;
+        self.observe("lease", started, &result);
+        match result {
+            Ok(grant) => {
+                self.metrics
+                    .lease_tokens
+                    .with_label_values(&["granted"])
+                    .inc_by(grant.granted);
+                let mut state = bucket.lock();
+                state.add_grant(grant.granted, grant.remaining, want, now);
+                if state.lease < needed {
+                    // Starved: wait for the refill before asking again, at most one lease horizon.
+                    let until = bucket
+                        .rate
+                        .micros_until(grant.remaining, (needed - state.lease) as f64)
+                        .unwrap_or(u64::MAX);
+                    let horizon = self.settings.lease_horizon.as_micros() as u64;
+                    state.retry_at = now.saturating_add(until.clamp(1, horizon));
+                }
+                false
+            }
+            Err(e) => {
+                tracing::debug!(store = self.store.name(), error = %e, "lease failed; the rule's fallback applies");
+                true
+            }
+        }
+    }
+
+    /// Reads the global bucket for a peek; returns whether the store was unavailable.
+    async fn peek(&self, bucket: &LeaseBucket) -> bool {
+        let started = Instant::now();
+        let result = self.store.peek(&bucket.store_key, bucket.rate).await;
+        self.observe("peek", started, &result);
+        match result {
+            Ok(tokens) => {
+                let mut state = bucket.lock();
+                state.global_remaining = tokens;
+                state.global_known = true;
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Refills a busy key's lease in the background before it runs dry (skipped if a call for
+    /// this key is already in flight, the store is degraded, or there is no runtime).
+    pub(crate) fn prefetch(self: &Arc<Self>, bucket: Arc<LeaseBucket>, now: u64) {
+        if self.store.degraded() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(flight) = Arc::clone(&bucket.refill).try_lock_owned() else {
+            return;
+        };
+        let leaser = Arc::clone(self);
+        handle.spawn(async move {
+            let _flight = flight;
+            let (want, low) = {
+                let state = bucket.lock();
+                let want =
+                    leaser.lease_size(Mode::Strict, bucket.rate.burst, 1, state.demand_per_sec);
+                (want, state.lease_is_low())
+            };
+            if low {
+                leaser.lease(&bucket, want, 0, now).await;
+            }
+        });
+    }
+
+    /// Counts a store call by operation and outcome, with its latency.
+    pub(crate) fn observe<T>(&self, op: &str, started: Instant, result: &Result<T, StoreError>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(StoreError::Timeout) => "timeout",
+            Err(StoreError::Unavailable(_)) => "unavailable",
+            Err(StoreError::Protocol(_)) => "error",
+        };
+        self.metrics
+            .store_calls
+            .with_label_values(&[op, outcome])
+            .inc();
+        self.metrics
+            .store_latency
+            .with_label_values(&[op])
+            .observe(started.elapsed().as_secs_f64());
+    }
+}

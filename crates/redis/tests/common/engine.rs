@@ -1,0 +1,57 @@
+//! Engines ("sidecars") over a real Redis store.
+
+use std::sync::Arc;
+
+use sluice_core::{Descriptor, SystemClock};
+use sluice_engine::{Code, Engine, EngineMetrics, EngineSettings, GlobalStore, RateLimitRequest};
+
+/// Rules used by the engine tests: `global` is strict, `exact` is exact, `down_*` pick fallbacks.
+pub const RULES: &str = r#"
+domain: t
+descriptors:
+  - key: global
+    rate_limit: {unit: second, requests_per_unit: 100, burst: 100}
+  - key: exact
+    rate_limit: {unit: minute, requests_per_unit: 5, mode: exact}
+  - key: share
+    rate_limit: {unit: second, requests_per_unit: 40, fallback: local_share}
+  - key: allow
+    rate_limit: {unit: hour, requests_per_unit: 1, fallback: allow}
+  - key: deny
+    rate_limit: {unit: hour, requests_per_unit: 1000, fallback: deny}
+"#;
+
+/// An engine with `RULES` over `store`.
+pub fn engine(store: Arc<dyn GlobalStore>) -> Engine {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, RULES).expect("write");
+    let rules = sluice_core::load_config(&path).expect("rules").rules;
+    Engine::new(
+        rules,
+        store,
+        Arc::new(SystemClock::new()),
+        EngineSettings::default(),
+        EngineMetrics::unregistered(),
+    )
+}
+
+/// One decision on a single descriptor `key=value`.
+pub async fn decide(e: &Engine, key: &str, value: &str) -> sluice_engine::Decision {
+    let d = [Descriptor::of([(key, value)])];
+    e.decide(&RateLimitRequest {
+        domain: "t",
+        descriptors: &d,
+        hits_addend: 0,
+    })
+    .await
+}
+
+/// How many of `n` decisions are admitted.
+pub async fn admitted(e: &Engine, key: &str, value: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += usize::from(decide(e, key, value).await.overall == Code::Ok);
+    }
+    ok
+}

@@ -1,0 +1,101 @@
+//! Redis failing under load: callers never see errors, fallbacks apply within the timeout, and
+//! global enforcement returns soon after Redis does.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::engine::{admitted, decide, engine};
+use sluice_engine::{Code, GlobalStore};
+use sluice_redis::{RedisMetrics, RedisStore};
+
+async fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(started.elapsed() < limit, "{what} not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_means_fallbacks_not_errors_then_recovery() {
+    let redis = common::Standalone::start().await;
+    let metrics = RedisMetrics::unregistered();
+    let store = RedisStore::start(common::standalone_settings(&redis.url()), metrics.clone())
+        .expect("store");
+    let e = engine(store.clone());
+    assert_eq!(admitted(&e, "global", "warm", 5).await, 5);
+    assert!(!decide(&e, "global", "warm").await.outcomes[0].fallback);
+
+    redis.container.pause().await.expect("pause");
+    // Cold keys need Redis: each decision costs at most one timeout (50 ms here) until the
+    // breaker opens, then nothing.
+    let started = Instant::now();
+    let d = decide(&e, "share", "cold-1").await;
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        d.outcomes[0].fallback && d.overall == Code::Ok,
+        "local_share admits: {d:?}"
+    );
+    for i in 0..5 {
+        decide(&e, "share", &format!("cold-{i}")).await;
+    }
+    until("breaker open", Duration::from_secs(2), || store.degraded()).await;
+    assert_eq!(metrics.degraded.get(), 1);
+    let fast = Instant::now();
+    assert_eq!(admitted(&e, "allow", "x", 50).await, 50, "fallback: allow");
+    assert_eq!(admitted(&e, "deny", "x", 5).await, 0, "fallback: deny");
+    // local_share with one live instance: the whole limit (40/s), enforced locally.
+    assert_eq!(admitted(&e, "share", "y", 100).await, 40);
+    assert!(
+        fast.elapsed() < Duration::from_millis(200),
+        "an open breaker costs nothing: {:?}",
+        fast.elapsed()
+    );
+
+    redis.container.unpause().await.expect("unpause");
+    let back = until("recovery", Duration::from_secs(2), || !store.degraded()).await;
+    let d = decide(&e, "deny", "after").await;
+    assert!(
+        !d.outcomes[0].fallback && d.overall == Code::Ok,
+        "global enforcement again after {back:?}: {d:?}"
+    );
+    assert_eq!(metrics.degraded.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_redis_is_used_again_and_sluice_starts_while_redis_is_down() {
+    let redis = common::Standalone::start().await;
+    redis.container.stop().await.expect("stop");
+    let store = RedisStore::start(
+        common::standalone_settings(&redis.url()),
+        RedisMetrics::unregistered(),
+    )
+    .expect("store");
+    let e = engine(store.clone());
+    let d = decide(&e, "allow", "z").await;
+    assert!(
+        d.outcomes[0].fallback && d.overall == Code::Ok,
+        "starts degraded: {d:?}"
+    );
+    redis.container.start().await.expect("restart");
+    until("recovery after restart", Duration::from_secs(5), || {
+        !store.degraded()
+    })
+    .await;
+    let mut ok = false;
+    for _ in 0..50 {
+        let d = decide(&e, "allow", "z2").await;
+        if !d.outcomes[0].fallback {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "decisions use Redis again after it returns");
+}
