@@ -4,8 +4,6 @@ mod common;
 
 use std::process::Command;
 
-use common::Sluice;
-
 fn sluice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
 }
@@ -84,7 +82,7 @@ fn version_prints_the_crate_version() {
 
 #[test]
 fn sigterm_drains_and_exits_0() {
-    let mut s = Sluice::start(GOOD);
+    let mut s = common::start(GOOD);
     let mut stream = std::net::TcpStream::connect(s.admin).expect("admin up");
     use std::io::{Read, Write};
     stream

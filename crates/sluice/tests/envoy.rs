@@ -7,7 +7,8 @@
 
 mod common;
 
-use common::{Envoy, Sluice, free_port, http_get};
+use common::{Envoy, free_port, http_get};
+use sluice_testkit::process::Sluice;
 
 const SLUICE: &str = r#"
 domains:
@@ -125,7 +126,7 @@ struct Stack {
 }
 
 fn stack() -> Stack {
-    let sluice = Sluice::start(SLUICE);
+    let sluice = common::start(SLUICE);
     let (authz, ratelimit, upstream) = (free_port(), free_port(), free_port());
     let envoy = Envoy::start(
         &envoy_config(sluice.grpc.port(), authz, ratelimit, upstream),

@@ -1,0 +1,77 @@
+//! Several `sluice serve` processes on one Redis enforce one global limit, as a user runs them.
+
+mod common;
+
+use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry;
+use sluice_proto::envoy::ratelimit::RateLimitRequest;
+use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use sluice_testkit::redis::Standalone;
+
+fn config(url: &str) -> String {
+    format!(
+        r#"
+domains:
+  - domain: edge
+    descriptors:
+      - key: tenant
+        rate_limit: {{name: per_tenant, unit: minute, requests_per_unit: 12}}
+redis:
+  url: {url}
+  timeout: 100ms
+"#
+    )
+}
+
+fn request(tenant: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "tenant".into(),
+                value: tenant.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_share_one_limit_through_redis() {
+    let redis = Standalone::start().await;
+    let sidecars: Vec<_> = (0..3)
+        .map(|_| common::start(&config(&redis.url())))
+        .collect();
+    let mut clients = Vec::new();
+    for s in &sidecars {
+        clients.push(
+            RateLimitServiceClient::connect(format!("http://{}", s.grpc))
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut admitted = 0;
+    for _ in 0..10 {
+        for c in clients.iter_mut() {
+            let resp = c
+                .should_rate_limit(request("acme"))
+                .await
+                .expect("rpc")
+                .into_inner();
+            admitted += usize::from(resp.overall_code == Code::Ok as i32);
+        }
+    }
+    assert_eq!(
+        admitted, 12,
+        "30 requests over 3 sidecars, one global burst of 12"
+    );
+    let readyz = common::http_get(sidecars[0].admin.port(), "/readyz", &[]);
+    assert_eq!(readyz.status, 200);
+    assert!(
+        readyz.body.contains("store: redis") && readyz.body.contains("degraded: false"),
+        "{}",
+        readyz.body
+    );
+}

