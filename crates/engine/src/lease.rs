@@ -101,13 +101,22 @@ impl Leaser {
                 let mut state = bucket.lock();
                 state.add_grant(grant.granted, grant.remaining, want, now);
                 if state.lease < needed {
-                    // Starved: wait for the refill before asking again, at most one lease horizon.
+                    // Starved: global demand is above the limit. Deny locally and let tokens
+                    // refill in the global bucket (up to the burst, so nothing is lost) rather than
+                    // asking on every request: a remote store is asked again after one lease
+                    // horizon, or later if the tokens this request needs take longer to refill;
+                    // the in-process store as soon as they are there.
                     let until = bucket
                         .rate
                         .micros_until(grant.remaining, (needed - state.lease) as f64)
                         .unwrap_or(u64::MAX);
                     let horizon = self.settings.lease_horizon.as_micros() as u64;
-                    state.retry_at = now.saturating_add(until.clamp(1, horizon));
+                    let wait = if self.store.is_in_process() {
+                        until.max(1)
+                    } else {
+                        until.max(horizon)
+                    };
+                    state.retry_at = now.saturating_add(wait);
                 }
                 false
             }

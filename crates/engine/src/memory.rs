@@ -95,6 +95,10 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         Box::pin(async move { Ok(tokens) })
     }
 
+    fn is_in_process(&self) -> bool {
+        true
+    }
+
     fn housekeeping(&self) {
         self.purge_full();
     }

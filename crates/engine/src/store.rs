@@ -67,6 +67,12 @@ pub trait GlobalStore: Send + Sync + 'static {
         1
     }
 
+    /// Whether calls are in-process and cheap (the memory store): a starved key may then ask
+    /// again as soon as a token is due instead of waiting a lease horizon.
+    fn is_in_process(&self) -> bool {
+        false
+    }
+
     /// Periodic upkeep (dropping idle state); called by the engine's maintenance loop.
     fn housekeeping(&self) {}
 

@@ -1,0 +1,292 @@
+//! The multi-instance accuracy harness (P3, P5, P7): N sluice processes on one Redis (or a Redis
+//! Cluster), a paced offered load through `ShouldRateLimit`, and a comparison of what was admitted
+//! with the ideal `B + L·t`.
+//!
+//! `cargo run --release -p sluice-loadtest --bin accuracy -- --help`
+
+mod drive;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use sluice_testkit::process::{Sluice, http_get};
+use sluice_testkit::redis::{Cluster, Standalone};
+
+use crate::drive::{KeyPicker, Tally, drive};
+
+/// Measures how accurately N sidecars enforce one global limit.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The sluice binary (build with `cargo build --release -p sluice`).
+    #[arg(long, default_value = "target/release/sluice")]
+    sluice: std::path::PathBuf,
+    /// Sidecar processes.
+    #[arg(long, default_value_t = 4)]
+    sidecars: usize,
+    /// Limit per key, requests per second (L).
+    #[arg(long, default_value_t = 1000)]
+    limit: u64,
+    /// Burst (B); default L.
+    #[arg(long)]
+    burst: Option<u64>,
+    /// Total offered load, requests per second, split evenly over the sidecars.
+    #[arg(long, default_value_t = 4000.0)]
+    offered: f64,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Keys: 1 is a single hot key; more draws keys with Zipf(1) skew.
+    #[arg(long, default_value_t = 1)]
+    keys: usize,
+    /// Run against a 3-master Redis Cluster instead of a standalone Redis.
+    #[arg(long)]
+    cluster: bool,
+    /// Stop Redis (docker pause) this many seconds into the run (P7).
+    #[arg(long)]
+    kill_redis_at: Option<u64>,
+    /// Resume Redis this many seconds into the run (P7).
+    #[arg(long)]
+    restore_redis_at: Option<u64>,
+    /// Sharing mode of the rule.
+    #[arg(long, default_value = "strict")]
+    mode: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if !args.sluice.exists() {
+        bail!(
+            "{} not found: cargo build --release -p sluice",
+            args.sluice.display()
+        );
+    }
+    let burst = args.burst.unwrap_or(args.limit);
+    let (standalone, cluster) = if args.cluster {
+        (None, Some(Cluster::start().await))
+    } else {
+        (Some(Standalone::start().await), None)
+    };
+    let redis_section = match (&standalone, &cluster) {
+        (Some(s), _) => format!("redis: {{url: \"{}\"}}", s.url()),
+        (_, Some(c)) => format!(
+            "redis: {{cluster_nodes: [{}]}}",
+            c.nodes()
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => unreachable!("one of them is set"),
+    };
+    let config = format!(
+        "domains:\n  - domain: acc\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, burst: {burst}, mode: {}}}\n{redis_section}\n",
+        args.limit, args.mode
+    );
+    let sidecars: Vec<Sluice> = (0..args.sidecars)
+        .map(|_| Sluice::start(&args.sluice, &config))
+        .collect();
+    // Wait until every sidecar reaches Redis.
+    for s in &sidecars {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !http_get(s.admin.port(), "/readyz", &[])
+            .body
+            .contains("degraded: false")
+        {
+            if Instant::now() > deadline {
+                bail!("sidecar {} did not reach Redis", s.admin);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let redis_ports: Vec<u16> = match (&standalone, &cluster) {
+        (Some(s), _) => vec![s.port],
+        (_, Some(c)) => c.ports.to_vec(),
+        _ => Vec::new(),
+    };
+    let calls_before = script_calls(&redis_ports).await?;
+
+    let keys = KeyPicker::zipf(args.keys);
+    let tally = Tally::new(keys.len());
+    let start = Instant::now();
+    let until = start + Duration::from_secs(args.seconds);
+    let mut drivers = Vec::new();
+    for (i, s) in sidecars.iter().enumerate() {
+        let client = RateLimitServiceClient::connect(format!("http://{}", s.grpc))
+            .await
+            .context("connect")?;
+        drivers.push(tokio::spawn(drive(
+            client,
+            args.offered / args.sidecars as f64,
+            keys.clone(),
+            Arc::clone(&tally),
+            start,
+            until,
+            0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1),
+        )));
+    }
+    // Cumulative admitted (all keys) sampled every 100 ms, for the never-over check.
+    let mut worst_excess = f64::MIN;
+    let mut fault_at = None;
+    let mut enforcement_back: Option<Duration> = None;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t = start.elapsed().as_secs_f64();
+        if args.keys == 1 {
+            let ideal = burst as f64 + args.limit as f64 * t;
+            worst_excess = worst_excess.max(tally.total_admitted() as f64 - ideal);
+        }
+        if let (Some(kill), Some(s)) = (args.kill_redis_at, &standalone) {
+            if fault_at.is_none() && t >= kill as f64 {
+                s.container.pause().await.context("pause Redis")?;
+                fault_at = Some(Instant::now());
+            }
+        }
+        if let (Some(restore), Some(s), Some(_)) = (args.restore_redis_at, &standalone, fault_at) {
+            if t >= restore as f64 && enforcement_back.is_none() {
+                s.container.unpause().await.context("unpause Redis")?;
+                let restored = Instant::now();
+                loop {
+                    let all = sidecars.iter().all(|s| {
+                        http_get(s.admin.port(), "/readyz", &[])
+                            .body
+                            .contains("degraded: false")
+                    });
+                    if all || restored.elapsed() > Duration::from_secs(10) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                enforcement_back = Some(restored.elapsed());
+            }
+        }
+    }
+    for d in drivers {
+        d.await.context("driver")?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let calls = script_calls(&redis_ports)
+        .await?
+        .saturating_sub(calls_before);
+    report(
+        &args,
+        burst,
+        elapsed,
+        &keys,
+        &tally,
+        worst_excess,
+        calls,
+        fault_at.map(|_| ()),
+        enforcement_back,
+    );
+    Ok(())
+}
+
+/// EVALSHA + EVAL calls served, summed over the nodes (`INFO commandstats`).
+async fn script_calls(ports: &[u16]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for port in ports {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await?;
+        for line in info.lines() {
+            if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:") {
+                let calls = line
+                    .split(['=', ','])
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+                total += calls;
+            }
+        }
+    }
+    Ok(total)
+}
+
+#[allow(clippy::too_many_arguments, clippy::print_stdout)]
+fn report(
+    args: &Args,
+    burst: u64,
+    elapsed: f64,
+    keys: &KeyPicker,
+    tally: &Tally,
+    worst_excess: f64,
+    calls: u64,
+    fault: Option<()>,
+    enforcement_back: Option<Duration>,
+) {
+    let sent: u64 = tally.sent.iter().map(|s| s.load(Ordering::Relaxed)).sum();
+    let admitted = tally.total_admitted();
+    // Ideal per key: everything offered, up to B + L·t.
+    let mut ideal = 0.0;
+    let mut over_keys = 0;
+    for k in 0..keys.len() {
+        let cap = burst as f64 + args.limit as f64 * elapsed;
+        let offered = tally.sent[k].load(Ordering::Relaxed) as f64;
+        ideal += offered.min(cap);
+        if tally.admitted[k].load(Ordering::Relaxed) as f64 > cap {
+            over_keys += 1;
+        }
+    }
+    let mut lat = tally
+        .latencies
+        .lock()
+        .map(|l| l.clone())
+        .unwrap_or_default();
+    let p99 = |v: &mut Vec<u64>| -> f64 {
+        v.sort_unstable();
+        let at = (v.len() * 99 / 100).min(v.len().saturating_sub(1));
+        v.get(at).map_or(0.0, |m| *m as f64 / 1000.0)
+    };
+    let (mut normal, mut outage): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+    let (kill, restore) = (
+        args.kill_redis_at.unwrap_or(u64::MAX) * 1000,
+        args.restore_redis_at.unwrap_or(u64::MAX) * 1000,
+    );
+    for (at, micros) in lat.drain(..) {
+        if at >= kill && at < restore {
+            outage.push(micros)
+        } else {
+            normal.push(micros)
+        }
+    }
+    let target = if args.cluster {
+        "3-master cluster"
+    } else {
+        "standalone"
+    };
+    println!(
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, Redis script calls {calls} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        args.sidecars,
+        args.limit,
+        args.offered,
+        keys.len(),
+        elapsed,
+        ideal,
+        100.0 * admitted as f64 / ideal.max(1.0),
+        if args.keys == 1 {
+            format!(" (worst cumulative excess {worst_excess:.0})")
+        } else {
+            String::new()
+        },
+        100.0 * calls as f64 / sent.max(1) as f64,
+        tally.errors.load(Ordering::Relaxed),
+        p99(&mut normal),
+        match (fault, enforcement_back) {
+            (Some(()), Some(back)) => format!(
+                ", p99 during outage {:.2} ms, enforcement back {:.2}s after Redis",
+                p99(&mut outage),
+                back.as_secs_f64()
+            ),
+            (Some(()), None) => format!(", p99 during outage {:.2} ms", p99(&mut outage)),
+            _ => String::new(),
+        }
+    );
+}

@@ -1,0 +1,152 @@
+//! Offered load: paced `ShouldRateLimit` calls to one sidecar, with uniform or Zipf keys.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry;
+use sluice_proto::envoy::ratelimit::RateLimitRequest;
+use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use tokio::sync::Semaphore;
+use tonic::transport::Channel;
+
+/// Picks keys: one hot key, or Zipf(s = 1) over `n` keys.
+#[derive(Clone)]
+pub struct KeyPicker {
+    cumulative: Arc<Vec<f64>>,
+}
+
+impl KeyPicker {
+    /// Zipf over `n` keys (n = 1: a single hot key).
+    pub fn zipf(n: usize) -> Self {
+        let mut acc = 0.0;
+        let cumulative = (1..=n.max(1))
+            .map(|k| {
+                acc += 1.0 / k as f64;
+                acc
+            })
+            .collect();
+        Self {
+            cumulative: Arc::new(cumulative),
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.cumulative.len()
+    }
+
+    /// The key index for a uniform sample `u` in [0, 1).
+    pub fn pick(&self, u: f64) -> usize {
+        let total = *self.cumulative.last().unwrap_or(&1.0);
+        let target = u * total;
+        self.cumulative
+            .partition_point(|c| *c < target)
+            .min(self.len() - 1)
+    }
+}
+
+/// Per-key admitted counts, sampled over time.
+pub struct Tally {
+    /// Admitted per key.
+    pub admitted: Vec<AtomicU64>,
+    /// Requests sent per key.
+    pub sent: Vec<AtomicU64>,
+    /// gRPC errors.
+    pub errors: AtomicU64,
+    /// Latencies in microseconds, with the send time (ms since start).
+    pub latencies: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+impl Tally {
+    /// A tally for `keys` keys.
+    pub fn new(keys: usize) -> Arc<Self> {
+        Arc::new(Self {
+            admitted: (0..keys).map(|_| AtomicU64::new(0)).collect(),
+            sent: (0..keys).map(|_| AtomicU64::new(0)).collect(),
+            errors: AtomicU64::new(0),
+            latencies: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Total admitted.
+    pub fn total_admitted(&self) -> u64 {
+        self.admitted
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+fn request(key: usize) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "acc".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: format!("key-{key}"),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Sends `rate` requests per second to `client` until `until`, counting into `tally`.
+pub async fn drive(
+    client: RateLimitServiceClient<Channel>,
+    rate: f64,
+    keys: KeyPicker,
+    tally: Arc<Tally>,
+    start: Instant,
+    until: Instant,
+    seed: u64,
+) {
+    let inflight = Arc::new(Semaphore::new(256));
+    let mut rng = seed | 1;
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while Instant::now() < until {
+        tick.tick().await;
+        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        while sent < due {
+            sent += 1;
+            // xorshift64*: a small, fast PRNG is all key picking needs.
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            let u = (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+            let key = keys.pick(u);
+            let Ok(permit) = Arc::clone(&inflight).acquire_owned().await else {
+                return;
+            };
+            let mut client = client.clone();
+            let tally = Arc::clone(&tally);
+            tokio::spawn(async move {
+                let _permit = permit;
+                let sent_at = Instant::now();
+                tally.sent[key].fetch_add(1, Ordering::Relaxed);
+                match client.should_rate_limit(request(key)).await {
+                    Ok(r) => {
+                        if r.into_inner().overall_code == Code::Ok as i32 {
+                            tally.admitted[key].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        tally.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let micros = sent_at.elapsed().as_micros() as u64;
+                let at_ms = sent_at.duration_since(start).as_millis() as u64;
+                if let Ok(mut l) = tally.latencies.lock() {
+                    l.push((at_ms, micros));
+                }
+            });
+        }
+    }
+    // Let in-flight requests finish.
+    let _ = inflight.acquire_many(256).await;
+}
