@@ -100,15 +100,17 @@ impl Leaser {
                     .inc_by(grant.granted);
                 let mut state = bucket.lock();
                 state.add_grant(grant.granted, grant.remaining, want, now);
-                if state.lease < needed {
-                    // Starved: global demand is above the limit. Deny locally and let tokens
-                    // refill in the global bucket (up to the burst, so nothing is lost) rather than
-                    // asking on every request: a remote store is asked again after one lease
-                    // horizon, or later if the tokens this request needs take longer to refill;
-                    // the in-process store as soon as they are there.
+                if grant.granted < want {
+                    // Starved: global demand is above the limit (we got less than we asked for).
+                    // Spend what came, then deny locally while tokens refill in the global bucket
+                    // (up to the burst, so nothing is lost) instead of asking on every request:
+                    // a remote store is asked again after one lease horizon, or later if the
+                    // tokens this request needs take longer to refill; the in-process store as
+                    // soon as they are due.
+                    let missing = needed.saturating_sub(state.lease).max(1);
                     let until = bucket
                         .rate
-                        .micros_until(grant.remaining, (needed - state.lease) as f64)
+                        .micros_until(grant.remaining, missing as f64)
                         .unwrap_or(u64::MAX);
                     let horizon = self.settings.lease_horizon.as_micros() as u64;
                     let wait = if self.store.is_in_process() {

@@ -8,12 +8,14 @@
 //! - [`memory`]: [`MemoryStore`], the embedded in-memory global store (the default).
 //! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key.
 //! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's local state.
+//! - [`decision`]: requests, decisions and outcomes; [`EngineSettings`].
 //! - [`engine`]: [`Engine`], the decision procedure (all-or-nothing across descriptors).
 //! - `lease`: single-flight lease calls, lease sizing, background refill.
 //! - [`maintenance`]: lease return, idle eviction and the `max_keys` bound.
 //! - [`metrics`]: the engine's Prometheus series.
 
 pub mod bucket;
+pub mod decision;
 pub mod engine;
 pub mod key;
 mod lease;

@@ -291,7 +291,7 @@ impl Default for EngineSettings {
         Self {
             max_keys: 1_000_000,
             idle_timeout: HumanDuration(Duration::from_secs(600)),
-            lease_horizon: HumanDuration(Duration::from_millis(100)),
+            lease_horizon: HumanDuration(Duration::from_millis(200)),
             max_lease_fraction: 0.05,
             lease_ttl: HumanDuration(Duration::from_secs(1)),
         }

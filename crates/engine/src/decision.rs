@@ -1,0 +1,126 @@
+//! What the engine is asked and what it answers: requests, decisions, per-descriptor outcomes,
+//! and the engine's tuning.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::Descriptor;
+use sluice_core::RuleSet;
+use sluice_core::bucket::Rate;
+use sluice_core::config::{Fallback, Mode};
+use sluice_core::rules::RuleId;
+
+/// Engine tuning, in the engine's units.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Most keys tracked at once.
+    pub max_keys: usize,
+    /// Keys unused this long are evicted.
+    pub idle_timeout: Duration,
+    /// A lease holds about the tokens spent in this long.
+    pub lease_horizon: Duration,
+    /// A lease holds at most this fraction of the burst.
+    pub max_lease_fraction: f64,
+    /// Leased tokens unspent this long go back.
+    pub lease_ttl: Duration,
+}
+
+impl From<&sluice_core::config::EngineSettings> for EngineSettings {
+    fn from(c: &sluice_core::config::EngineSettings) -> Self {
+        Self {
+            max_keys: c.max_keys,
+            idle_timeout: c.idle_timeout.0,
+            lease_horizon: c.lease_horizon.0,
+            max_lease_fraction: c.max_lease_fraction,
+            lease_ttl: c.lease_ttl.0,
+        }
+    }
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        (&sluice_core::config::EngineSettings::default()).into()
+    }
+}
+
+/// One rate-limit question: Envoy's `RateLimitRequest`, or descriptors built by ext_authz.
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimitRequest<'a> {
+    /// The domain.
+    pub domain: &'a str,
+    /// The descriptors, each decided, all charged or none.
+    pub descriptors: &'a [Descriptor],
+    /// Request-wide hits; 0 means 1 (proto3 cannot tell unset from 0).
+    pub hits_addend: u64,
+}
+
+/// A decision's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit.
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit that applied to a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitInfo {
+    /// Rate and burst.
+    pub rate: Rate,
+    /// The rule, or `None` for a caller-supplied override.
+    pub rule: Option<RuleId>,
+    /// Sharing mode.
+    pub mode: Mode,
+    /// Store-down behaviour.
+    pub fallback: Fallback,
+    /// Whether the rule is in shadow mode.
+    pub shadow: bool,
+}
+
+/// The decision for one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DescriptorOutcome {
+    /// OK or over the limit (shadow-mode rules always report OK).
+    pub code: Code,
+    /// The limit that applied; `None` when none did.
+    pub limit: Option<LimitInfo>,
+    /// Whole tokens left after this decision.
+    pub remaining: u64,
+    /// Time until the bucket is full again.
+    pub until_full: Duration,
+    /// When over the limit: time until this request could pass; `None` if it never can.
+    pub retry_after: Option<Duration>,
+    /// A shadow-mode rule that would have denied.
+    pub shadow_over_limit: bool,
+    /// Decided by the rule's fallback because the global store was unavailable.
+    pub fallback: bool,
+}
+
+impl DescriptorOutcome {
+    /// The outcome of a descriptor no limit applies to.
+    pub(crate) fn unlimited() -> Self {
+        Self {
+            code: Code::Ok,
+            limit: None,
+            remaining: 0,
+            until_full: Duration::ZERO,
+            retry_after: None,
+            shadow_over_limit: false,
+            fallback: false,
+        }
+    }
+}
+
+/// The decision for a whole request.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Over the limit if any descriptor is.
+    pub overall: Code,
+    /// One outcome per request descriptor, in order.
+    pub outcomes: Vec<DescriptorOutcome>,
+    /// The rules the decision was made with (to name rules in answers).
+    pub rules: Arc<RuleSet>,
+    /// The domain has no config (everything is OK, as in envoyproxy/ratelimit).
+    pub unknown_domain: bool,
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# P3, P5, P7: the accuracy harness in the scenarios of DESIGN §7, against real Redis containers.
+# Prints each result line and appends them to loadtest/RESULTS.md with the date and machine.
+# Needs Docker and the redis:7.0 image (../shared/scripts/local-images.sh redis on a machine
+# without a registry). Takes about 4 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p sluice -p sluice-loadtest
+run() {
+  local line
+  line=$(./target/release/accuracy "$@" | grep '^accuracy:')
+  echo "$line"
+  printf -- '- `accuracy %s`\n  %s\n' "$*" "${line#accuracy: }" >> loadtest/RESULTS.md
+}
+printf '\n### Accuracy harness, %s, %s (%s cores)\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$(uname -n)" "$(nproc)" >> loadtest/RESULTS.md
+run --sidecars 4 --limit 1000 --offered 4000 --seconds 30
+run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --cluster
+run --sidecars 4 --limit 100 --offered 4000 --seconds 30 --keys 10000
+run --sidecars 4 --limit 100000 --offered 4000 --seconds 20
+run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --kill-redis-at 10 --restore-redis-at 20
