@@ -140,29 +140,31 @@ async fn main() -> anyhow::Result<()> {
             let ideal = burst as f64 + args.limit as f64 * t;
             worst_excess = worst_excess.max(tally.total_admitted() as f64 - ideal);
         }
-        if let (Some(kill), Some(s)) = (args.kill_redis_at, &standalone) {
-            if fault_at.is_none() && t >= kill as f64 {
-                s.container.pause().await.context("pause Redis")?;
-                fault_at = Some(Instant::now());
-            }
+        if let (Some(kill), Some(s)) = (args.kill_redis_at, &standalone)
+            && fault_at.is_none()
+            && t >= kill as f64
+        {
+            s.container.pause().await.context("pause Redis")?;
+            fault_at = Some(Instant::now());
         }
-        if let (Some(restore), Some(s), Some(_)) = (args.restore_redis_at, &standalone, fault_at) {
-            if t >= restore as f64 && enforcement_back.is_none() {
-                s.container.unpause().await.context("unpause Redis")?;
-                let restored = Instant::now();
-                loop {
-                    let all = sidecars.iter().all(|s| {
-                        http_get(s.admin.port(), "/readyz", &[])
-                            .body
-                            .contains("degraded: false")
-                    });
-                    if all || restored.elapsed() > Duration::from_secs(10) {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+        if let (Some(restore), Some(s), Some(_)) = (args.restore_redis_at, &standalone, fault_at)
+            && t >= restore as f64
+            && enforcement_back.is_none()
+        {
+            s.container.unpause().await.context("unpause Redis")?;
+            let restored = Instant::now();
+            loop {
+                let all = sidecars.iter().all(|s| {
+                    http_get(s.admin.port(), "/readyz", &[])
+                        .body
+                        .contains("degraded: false")
+                });
+                if all || restored.elapsed() > Duration::from_secs(10) {
+                    break;
                 }
-                enforcement_back = Some(restored.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            enforcement_back = Some(restored.elapsed());
         }
     }
     for d in drivers {

@@ -9,12 +9,14 @@
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
+//! - [`reload`]: live config reload by polling file contents.
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
 pub mod admin;
 pub mod authz;
 pub mod headers;
 pub mod metrics;
+pub mod reload;
 pub mod rls;
 pub mod serve;
 pub mod state;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
+use crate::reload::{ReloadMetrics, ReloadOptions};
 use crate::rls::Rls;
 use crate::state::AppState;
 
@@ -33,12 +34,15 @@ const REFLECTION: &[&str] = &[
 pub struct ServeOptions {
     /// How long in-flight requests may take to finish after shutdown begins.
     pub shutdown_grace: Duration,
+    /// Live reload of the config, if wanted.
+    pub reload: Option<(ReloadOptions, ReloadMetrics)>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             shutdown_grace: Duration::from_secs(10),
+            reload: None,
         }
     }
 }
@@ -89,6 +93,14 @@ pub async fn serve(
         Arc::clone(&state),
         stop_admin.clone(),
     ));
+    let reload_task = options.reload.clone().map(|(opts, metrics)| {
+        tokio::spawn(crate::reload::watch(
+            Arc::clone(&state),
+            opts,
+            metrics,
+            stop_admin.clone(),
+        ))
+    });
     let maintenance = tokio::spawn(
         Arc::clone(&state.engine).maintain_until(stop_maintenance.clone().cancelled_owned()),
     );
@@ -129,6 +141,9 @@ pub async fn serve(
     }
     stop_admin.cancel();
     let _ = admin_task.await;
+    if let Some(task) = reload_task {
+        let _ = task.await;
+    }
     tracing::info!("stopped");
     result
 }

@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// How long in-flight requests may take to finish after SIGTERM (e.g. 10s, 500ms).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// How often to check the config files for changes (e.g. 1s); `0s` turns live reload off.
+    #[arg(long, env = "SLUICE_RELOAD_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
     /// Worker threads (default: one per core).
     #[arg(long, env = "SLUICE_WORKER_THREADS")]
     pub worker_threads: Option<usize>,

@@ -8,6 +8,7 @@ use sluice_core::{ConfigError, SystemClock};
 use sluice_engine::{Engine, EngineMetrics, EngineSettings, GlobalStore, MemoryStore};
 use sluice_redis::{RedisMetrics, RedisStore};
 use sluice_server::metrics::ServerMetrics;
+use sluice_server::reload::{ReloadMetrics, ReloadOptions};
 use sluice_server::{AppState, Runtime, ServeOptions};
 
 use crate::cli::ServeArgs;
@@ -56,6 +57,16 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let server_metrics =
             ServerMetrics::register(&registry).context("registering server metrics")?;
         let rules_count = config.rules.rules().len();
+        let reload = if args.reload_interval.is_zero() {
+            None
+        } else {
+            let metrics =
+                ReloadMetrics::register(&registry).context("registering reload metrics")?;
+            Some((
+                ReloadOptions::for_config(&args.config, &config, args.reload_interval),
+                metrics,
+            ))
+        };
         let runtime_config = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
             config.rules,
@@ -87,6 +98,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         );
         let options = ServeOptions {
             shutdown_grace: args.shutdown_grace,
+            reload,
         };
         sluice_server::serve(state, grpc, admin, options, shutdown)
             .await

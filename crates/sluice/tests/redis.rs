@@ -2,9 +2,6 @@
 
 mod common;
 
-use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
-use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry;
-use sluice_proto::envoy::ratelimit::RateLimitRequest;
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_testkit::redis::Standalone;
@@ -22,20 +19,6 @@ redis:
   timeout: 100ms
 "#
     )
-}
-
-fn request(tenant: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "tenant".into(),
-                value: tenant.into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 0,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +39,7 @@ async fn three_processes_share_one_limit_through_redis() {
     for _ in 0..10 {
         for c in clients.iter_mut() {
             let resp = c
-                .should_rate_limit(request("acme"))
+                .should_rate_limit(common::rls_request("edge", "tenant", "acme"))
                 .await
                 .expect("rpc")
                 .into_inner();

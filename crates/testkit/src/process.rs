@@ -24,14 +24,28 @@ pub struct Sluice {
 
 impl Sluice {
     /// Starts `bin serve` on the config `yaml`, on ports the OS picks, and waits until it serves.
-    #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
     pub fn start(bin: &Path, yaml: &str) -> Self {
+        Self::start_with(bin, yaml, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra `serve` arguments.
+    pub fn start_with(bin: &Path, yaml: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("sluice.yaml");
         std::fs::write(&config, yaml).expect("write config");
+        Self::spawn(bin, &config, dir, extra)
+    }
+
+    /// Starts `bin serve --config PATH` on a config file that already exists.
+    pub fn start_path(bin: &Path, config: &Path, extra: &[&str]) -> Self {
+        Self::spawn(bin, config, tempfile::tempdir().expect("tempdir"), extra)
+    }
+
+    #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
+    fn spawn(bin: &Path, config: &Path, dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let mut child = Command::new(bin)
             .args(["--log-format", "json", "serve", "--config"])
-            .arg(&config)
+            .arg(config)
             .args([
                 "--grpc-addr",
                 "127.0.0.1:0",
@@ -40,6 +54,7 @@ impl Sluice {
                 "--shutdown-grace",
                 "5s",
             ])
+            .args(extra)
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -76,6 +91,11 @@ impl Sluice {
                 };
             }
         }
+    }
+
+    /// The config file written by [`start`](Self::start) / [`start_with`](Self::start_with).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("sluice.yaml")
     }
 
     /// Sends SIGTERM and waits for the exit code.

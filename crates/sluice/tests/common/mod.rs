@@ -10,7 +10,33 @@ pub fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
+/// Starts the binary under test on `yaml` with extra `serve` arguments.
+pub fn start_with(yaml: &str, extra: &[&str]) -> sluice_testkit::process::Sluice {
+    sluice_testkit::process::Sluice::start_with(bin(), yaml, extra)
+}
+
 /// Starts the binary under test on `yaml`.
 pub fn start(yaml: &str) -> sluice_testkit::process::Sluice {
     sluice_testkit::process::Sluice::start(bin(), yaml)
+}
+
+/// A `ShouldRateLimit` request with one descriptor `key=value` in `domain`.
+pub fn rls_request(
+    domain: &str,
+    key: &str,
+    value: &str,
+) -> sluice_proto::envoy::ratelimit::RateLimitRequest {
+    use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+    use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry;
+    sluice_proto::envoy::ratelimit::RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
 }

@@ -1,0 +1,165 @@
+//! Live reload: the config (every file it read) is polled; a changed, valid config is swapped in
+//! atomically; an invalid one is logged and counted, and the old config keeps working.
+//!
+//! Polling a content hash (rather than inotify) survives Kubernetes ConfigMap updates, which swap a
+//! `..data` symlink instead of writing the files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use sluice_core::config::{Config, load_config};
+use tokio_util::sync::CancellationToken;
+
+use crate::state::{AppState, Runtime};
+
+/// Reload series.
+#[derive(Debug, Clone)]
+pub struct ReloadMetrics {
+    /// `sluice_config_reloads_total{outcome}`: reload attempts of changed files (ok, error).
+    pub reloads: IntCounterVec,
+    /// `sluice_config_rules`: rules in force.
+    pub rules: IntGauge,
+}
+
+impl ReloadMetrics {
+    /// Creates and registers the series.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let m = Self {
+            reloads: IntCounterVec::new(
+                Opts::new(
+                    "sluice_config_reloads_total",
+                    "Config reloads of changed files, by outcome",
+                ),
+                &["outcome"],
+            )?,
+            rules: IntGauge::new("sluice_config_rules", "Rate-limit rules in force")?,
+        };
+        registry.register(Box::new(m.reloads.clone()))?;
+        registry.register(Box::new(m.rules.clone()))?;
+        Ok(m)
+    }
+}
+
+/// What to watch.
+#[derive(Debug, Clone)]
+pub struct ReloadOptions {
+    /// The path given to `--config`.
+    pub path: PathBuf,
+    /// How often to look for changes.
+    pub interval: Duration,
+    /// The files the running config was read from.
+    pub files: Vec<PathBuf>,
+    /// Settings that need a restart to change (engine, redis), as loaded at start.
+    pub restart_only: String,
+}
+
+impl ReloadOptions {
+    /// Options for the config loaded at start.
+    pub fn for_config(path: &Path, config: &Config, interval: Duration) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            interval,
+            files: config.files.clone(),
+            restart_only: restart_only(config),
+        }
+    }
+}
+
+fn restart_only(config: &Config) -> String {
+    format!(
+        "{:?}{:?}",
+        config.engine,
+        config.redis.as_ref().map(|r| (&r.url, &r.cluster_nodes))
+    )
+}
+
+/// Polls until `stop` is cancelled.
+pub async fn watch(
+    state: Arc<AppState>,
+    mut options: ReloadOptions,
+    metrics: ReloadMetrics,
+    stop: CancellationToken,
+) {
+    metrics.rules.set(state.engine.rules().rules().len() as i64);
+    let mut seen = fingerprint(&options.path, &options.files);
+    let mut last_error: Option<String> = None;
+    let mut tick = tokio::time::interval(options.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut polls = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        polls += 1;
+        let now = fingerprint(&options.path, &options.files);
+        // Every 10th poll loads anyway, to notice new files matching an include glob.
+        if now == seen && !polls.is_multiple_of(10) {
+            continue;
+        }
+        seen = now;
+        let path = options.path.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_config(&path)).await;
+        match loaded {
+            Ok(Ok(config)) => {
+                last_error = None;
+                if config.version == state.runtime.load().version {
+                    continue;
+                }
+                if restart_only(&config) != options.restart_only {
+                    tracing::warn!(
+                        "engine or redis settings changed: they apply after a restart; rules and authz apply now"
+                    );
+                }
+                let rules = config.rules.rules().len();
+                let version = config.version.clone();
+                options.files = config.files.clone();
+                state.runtime.store(Arc::new(Runtime::of(&config)));
+                state.engine.swap_rules(config.rules);
+                metrics.rules.set(rules as i64);
+                metrics.reloads.with_label_values(&["ok"]).inc();
+                tracing::info!(version = %version, rules, "configuration reloaded");
+            }
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                if last_error.as_deref() != Some(message.as_str()) {
+                    metrics.reloads.with_label_values(&["error"]).inc();
+                    tracing::error!(error = %message, "configuration change rejected; the previous configuration stays in force");
+                    last_error = Some(message);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "config reload task failed"),
+        }
+    }
+}
+
+/// A hash of the files' paths and contents (and of the directory listing, for a directory).
+fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    if let Ok(entries) = std::fs::read_dir(path) {
+        let mut names: Vec<_> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            eat(n.as_encoded_bytes());
+        }
+    }
+    for f in files {
+        eat(f.as_os_str().as_encoded_bytes());
+        match std::fs::read(f) {
+            Ok(content) => eat(&content),
+            Err(_) => eat(b"\0missing"),
+        }
+    }
+    h
+}

@@ -1,0 +1,121 @@
+//! Live reload as an operator does it: edit the file, or swap a ConfigMap's `..data` symlink.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
+fn config(limit: u32) -> String {
+    format!(
+        "domain: edge\ndescriptors:\n  - key: demo\n    rate_limit: {{name: demo, unit: minute, requests_per_unit: {limit}}}\n"
+    )
+}
+
+/// The limit `ShouldRateLimit` reports for a fresh value.
+async fn limit_now(client: &mut RateLimitServiceClient<Channel>, value: &str) -> u32 {
+    let resp = client
+        .should_rate_limit(common::rls_request("edge", "demo", value))
+        .await
+        .expect("rpc")
+        .into_inner();
+    resp.statuses[0]
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit)
+}
+
+async fn wait_for_limit(client: &mut RateLimitServiceClient<Channel>, want: u32) -> Duration {
+    let started = Instant::now();
+    let mut i = 0;
+    loop {
+        i += 1;
+        if limit_now(client, &format!("probe-{want}-{i}")).await == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "limit {want} not in force within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_applies_without_restart_and_a_broken_edit_is_rejected() {
+    let sluice = common::start_with(&config(2), &["--reload-interval", "200ms"]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    assert_eq!(limit_now(&mut client, "a").await, 2);
+
+    write_atomically(&sluice.config_path(), &config(7));
+    let took = wait_for_limit(&mut client, 7).await;
+    assert!(took < Duration::from_secs(2), "reload took {took:?}");
+
+    write_atomically(
+        &sluice.config_path(),
+        &config(7).replace("minute", "fortnight"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
+        if metrics.contains(r#"sluice_config_reloads_total{outcome="error"} 1"#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken edit was not reported:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        limit_now(&mut client, "b").await,
+        7,
+        "the old config keeps working"
+    );
+    let logs: Vec<String> = sluice.stderr.try_iter().collect();
+    assert!(
+        logs.iter().any(|l| l.contains("fortnight")),
+        "the log says why: {logs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_symlink_swap_is_picked_up() {
+    // Kubernetes mounts a ConfigMap as `sluice.yaml -> ..data/sluice.yaml`, `..data -> ..2026_v1`,
+    // and updates it by pointing `..data` at a new directory.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v1 = dir.path().join("..v1");
+    let v2 = dir.path().join("..v2");
+    std::fs::create_dir(&v1).expect("mkdir");
+    std::fs::create_dir(&v2).expect("mkdir");
+    std::fs::write(v1.join("sluice.yaml"), config(3)).expect("write");
+    std::fs::write(v2.join("sluice.yaml"), config(9)).expect("write");
+    std::os::unix::fs::symlink("..v1", dir.path().join("..data")).expect("symlink");
+    std::os::unix::fs::symlink("..data/sluice.yaml", dir.path().join("sluice.yaml"))
+        .expect("symlink");
+
+    let path = dir.path().join("sluice.yaml");
+    let sluice = sluice_testkit::process::Sluice::start_path(
+        common::bin(),
+        &path,
+        &["--reload-interval", "200ms"],
+    );
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    assert_eq!(limit_now(&mut client, "a").await, 3);
+    std::os::unix::fs::symlink("..v2", dir.path().join("..data_tmp")).expect("symlink");
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).expect("swap");
+    let took = wait_for_limit(&mut client, 9).await;
+    assert!(took < Duration::from_secs(2), "reload took {took:?}");
+}
