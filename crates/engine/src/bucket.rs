@@ -20,6 +20,8 @@ pub struct LeaseBucket {
     pub fallback: Fallback,
     /// The global store's key (built once, when the bucket is created).
     pub store_key: String,
+    /// The identity of the rule (its fingerprint) or override the key belongs to.
+    pub identity: u64,
     /// Last decision time, read by eviction without taking the lock.
     last_used: AtomicU64,
     /// Held while a store call for this key is in flight (single flight); async because the
@@ -53,12 +55,20 @@ pub struct LeaseState {
 
 impl LeaseBucket {
     /// A new key's bucket: empty lease, full local bucket.
-    pub fn new(rate: Rate, mode: Mode, fallback: Fallback, store_key: String, now: u64) -> Self {
+    pub fn new(
+        rate: Rate,
+        mode: Mode,
+        fallback: Fallback,
+        store_key: String,
+        identity: u64,
+        now: u64,
+    ) -> Self {
         Self {
             rate,
             mode,
             fallback,
             store_key,
+            identity,
             last_used: AtomicU64::new(now),
             refill: Arc::new(tokio::sync::Mutex::new(())),
             state: Mutex::new(LeaseState {

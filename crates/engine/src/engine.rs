@@ -230,6 +230,7 @@ impl Engine {
                     info.mode,
                     info.fallback,
                     store_key,
+                    identity,
                     now,
                 ))
             })

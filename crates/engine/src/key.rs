@@ -91,6 +91,11 @@ pub fn store_key(identity: u64, entries: &[Entry]) -> String {
     format!("sluice:{{{identity:016x}:{values_hash:016x}}}:{tail}")
 }
 
+/// The descriptor values of a store key (`key=value|key=value`, escaped as [`store_key`] wrote them).
+pub fn values_of(store_key: &str) -> &str {
+    store_key.split_once("}:").map_or("", |(_, values)| values)
+}
+
 /// Escapes `|`, `=`, `\` and control bytes so the tail parses back unambiguously.
 fn escape_into(out: &mut String, s: &str) {
     for c in s.chars() {

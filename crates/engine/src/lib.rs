@@ -13,6 +13,7 @@
 //! - `lease`: single-flight lease calls, lease sizing, background refill.
 //! - [`maintenance`]: lease return, idle eviction and the `max_keys` bound.
 //! - [`metrics`]: the engine's Prometheus series.
+//! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
 
 pub mod bucket;
 pub mod decision;
@@ -22,6 +23,7 @@ mod lease;
 pub mod maintenance;
 pub mod memory;
 pub mod metrics;
+pub mod quota;
 pub mod store;
 
 pub use engine::{

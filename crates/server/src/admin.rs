@@ -37,7 +37,7 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(handle(&state, &req)) }
+                async move { Ok::<_, Infallible>(handle(&state, &req).await) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -51,13 +51,15 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
 }
 
 /// Answers one admin request.
-pub fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
     }
     match req.uri().path() {
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/config" => json(StatusCode::OK, &config_json(state)),
+        "/quota" => quota(state, req.uri().query().unwrap_or("")).await,
         "/readyz" => {
             // Degraded (global store down) is still ready: traffic must keep flowing on fallbacks.
             let runtime = state.runtime.load();
@@ -76,7 +78,8 @@ pub fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz or /readyz\n".into(),
+            "not found: try /metrics, /healthz, /readyz, /config or /quota?domain=D&key=value\n"
+                .into(),
         ),
     }
 }
@@ -110,4 +113,115 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// `/config`: the loaded rules and config version.
+fn config_json(state: &AppState) -> serde_json::Value {
+    let rules = state.engine.rules();
+    let runtime = state.runtime.load();
+    let list: Vec<serde_json::Value> = rules
+        .rules()
+        .iter()
+        .map(|r| {
+            let r = crate::quota::rule_of(r);
+            serde_json::json!({
+                "domain": r.domain, "name": r.name, "path": r.path,
+                "requests_per_unit": r.requests_per_unit, "unit": r.unit, "burst": r.burst,
+                "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode,
+                "unlimited": r.unlimited, "source": r.source,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "version": runtime.version,
+        "store": state.engine.store().name(),
+        "domains": rules.domains(),
+        "authz_domain": runtime.authz.as_ref().map(|a| a.domain.clone()),
+        "rules": list,
+    })
+}
+
+/// `/quota?domain=D&key=value&…`: the same peek as `GetQuota`, as JSON.
+async fn quota(state: &AppState, query: &str) -> Response<Full<Bytes>> {
+    let mut domain = String::new();
+    let mut entries = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (percent_decode(k), percent_decode(v));
+        if k == "domain" {
+            domain = v;
+        } else {
+            entries.push(sluice_proto::sluice::v1::Entry { key: k, value: v });
+        }
+    }
+    let entries = match crate::quota::entries_of(&domain, &entries) {
+        Ok(e) => e,
+        Err(status) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({"error": status.message(), "usage": "/quota?domain=D&key=value&..."}),
+            );
+        }
+    };
+    let view = state.engine.quota(&domain, &entries).await;
+    let s = crate::quota::to_state(&view, state.engine.store().name());
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "matched": s.matched, "rule": s.rule, "reason": s.reason,
+            "requests_per_unit": s.requests_per_unit, "unit": s.unit, "burst": s.burst,
+            "global_remaining": s.global_remaining, "local_lease": s.local_lease,
+            "until_full_seconds": view.until_full.as_secs_f64(), "mode": s.mode,
+            "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
+            "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
+        }),
+    )
+}
+
+/// Decodes `%XX` and `+` in a query component (invalid escapes are kept as written).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn json(status: StatusCode, value: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn decodes_query_components() {
+        assert_eq!(percent_decode("a%20b+c"), "a b c");
+        assert_eq!(percent_decode("%2Fapi%2F"), "/api/");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
 }

@@ -5,6 +5,7 @@
 //! - [`validate`]: request limits and the conversion of Envoy descriptors into the engine's.
 //! - [`rls`] — the rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 //! - [`authz`] — the ext_authz service, `envoy.service.auth.v3.Authorization/Check`.
+//! - [`quota`] — the operator API, `sluice.v1.Quota` (peek, list, watch, rules).
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series.
@@ -16,6 +17,7 @@ pub mod admin;
 pub mod authz;
 pub mod headers;
 pub mod metrics;
+pub mod quota;
 pub mod reload;
 pub mod rls;
 pub mod serve;

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
+use sluice_proto::sluice::v1::quota_server::QuotaServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
+use crate::quota::QuotaService;
 use crate::reload::{ReloadMetrics, ReloadOptions};
 use crate::rls::Rls;
 use crate::state::AppState;
@@ -20,6 +22,7 @@ use crate::state::AppState;
 pub const SERVICES: &[&str] = &[
     "envoy.service.ratelimit.v3.RateLimitService",
     "envoy.service.auth.v3.Authorization",
+    "sluice.v1.Quota",
     "grpc.health.v1.Health",
 ];
 
@@ -76,9 +79,11 @@ pub async fn serve(
     }
     let mut reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(sluice_proto::SLUICE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
     let mut reflection_alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(sluice_proto::SLUICE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
     for service in SERVICES.iter().chain(REFLECTION) {
         reflection = reflection.with_service_name(*service);
@@ -112,7 +117,8 @@ pub async fn serve(
         .add_service(reflection.build_v1()?)
         .add_service(reflection_alpha.build_v1alpha()?)
         .add_service(RateLimitServiceServer::new(Rls::new(Arc::clone(&state))))
-        .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))));
+        .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))))
+        .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))));
     let grpc_server = router
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), grpc_stop.cancelled_owned());
     tokio::pin!(grpc_server);

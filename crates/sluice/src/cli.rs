@@ -44,6 +44,100 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Ask a running sluice about quotas (sluice.v1.Quota), without consuming any.
+    Quota {
+        /// What to ask.
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
+    /// List the rules a running sluice has loaded.
+    Rules(Target),
+    /// Send one ShouldRateLimit request (consumes `--hits` tokens) and print the answer.
+    Check {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// Tokens the request costs.
+        #[arg(long, default_value_t = 1)]
+        hits: u32,
+    },
+}
+
+/// Where the running sluice is, and how to print.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// sluice's gRPC address.
+    #[arg(long, env = "SLUICE_ADDR", default_value = "http://127.0.0.1:8081")]
+    pub addr: String,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+/// Output formats of client commands.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for scripts.
+    Json,
+}
+
+/// One descriptor: a domain and `key=value` entries.
+#[derive(Debug, Args)]
+pub struct DescriptorArgs {
+    /// The domain.
+    #[arg(long)]
+    pub domain: String,
+    /// An entry `key=value` (repeat for nested descriptors, outermost first).
+    #[arg(short = 'd', long = "descriptor", value_name = "KEY=VALUE", required = true, value_parser = parse_entry)]
+    pub entries: Vec<(String, String)>,
+}
+
+/// `sluice quota …`.
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Peek at one descriptor's quota: matched rule, limit, global remaining, local lease.
+    Get {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+    },
+    /// List the keys this instance tracks.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Only this domain.
+        #[arg(long, default_value = "")]
+        domain: String,
+        /// Only this rule (its label, as `sluice rules` shows).
+        #[arg(long, default_value = "")]
+        rule: String,
+        /// Only values starting with this (`key=value|…`).
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Most keys to show.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Print a snapshot of one descriptor's quota every interval until interrupted.
+    Watch {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// Time between snapshots.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        interval: Duration,
+    },
+}
+
+fn parse_entry(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{s}' is not key=value"))
 }
 
 /// `sluice config …`.

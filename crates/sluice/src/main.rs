@@ -3,9 +3,11 @@
 //! # Layout
 //! - `cli`: the command line (clap).
 //! - `run`: `sluice serve`: load config, bind ports, serve until SIGTERM/SIGINT.
+//! - `client`: `sluice quota …`, `sluice rules`, `sluice check` against a running sluice.
 //! - this file: parsing, logging, dispatch and exit codes.
 
 mod cli;
+mod client;
 mod run;
 
 use std::process::ExitCode;
@@ -33,6 +35,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Quota { command } => client_command(client::quota(command)),
+        Command::Rules(target) => client_command(client::rules(target)),
+        Command::Check {
+            target,
+            descriptor,
+            hits,
+        } => client_command(client::check(target, descriptor, hits)),
         Command::Config {
             command: ConfigCommand::Check { path },
         } => match sluice_core::load_config(&path) {
@@ -51,6 +60,27 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+    }
+}
+
+/// Runs a client command on a small runtime; errors print as one line and exit 1.
+fn client_command(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln_plain(&format!("sluice: cannot start a runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(f) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln_plain(&format!("sluice: {e:#}"));
+            ExitCode::FAILURE
+        }
     }
 }
 

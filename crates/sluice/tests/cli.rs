@@ -96,3 +96,65 @@ fn sigterm_drains_and_exits_0() {
     assert!(logs.iter().any(|l| l.contains("NOT_SERVING")), "{logs:?}");
     assert!(logs.iter().any(|l| l.contains("\"stopped\"")), "{logs:?}");
 }
+
+#[test]
+fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
+    let s = common::start(GOOD);
+    let addr = s.grpc.to_string();
+    let run = |args: &[&str]| {
+        let out = sluice()
+            .args(args)
+            .args(["--addr", &addr])
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stdout, _) = run(&["check", "--domain", "d", "-d", "k=v"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("OK  limit: 1 per second"), "{stdout}");
+    let (code, stdout, stderr) = run(&["check", "--domain", "d", "-d", "k=v"]);
+    assert_eq!(code, Some(1), "over the limit exits 1");
+    assert!(
+        stdout.starts_with("OVER_LIMIT") && stderr.contains("over the limit"),
+        "{stdout} {stderr}"
+    );
+
+    let (code, stdout, _) = run(&["quota", "get", "--domain", "d", "-d", "k=v", "-o", "json"]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(
+        (v["matched"].as_bool(), v["requests_per_unit"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert!(
+        v["reason"].as_str().is_some_and(|r| r.starts_with("k (")),
+        "{v}"
+    );
+
+    let (_, stdout, _) = run(&["quota", "list"]);
+    assert!(
+        stdout.contains("k=v") && stdout.contains("1 of 1 tracked keys"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = run(&["rules", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["rules"][0]["path"], "k");
+
+    let (code, _, stderr) = run(&["quota", "get", "--domain", "", "-d", "k=v"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("domain must not be empty"), "{stderr}");
+    let admin = s.admin.port();
+    let q = common::http_get(admin, "/quota?domain=d&k=v", &[]);
+    assert_eq!(q.status, 200);
+    assert!(q.body.contains("\"rule\":\"d:k\""), "{}", q.body);
+    assert_eq!(common::http_get(admin, "/quota?k=v", &[]).status, 400);
+    assert!(
+        common::http_get(admin, "/config", &[])
+            .body
+            .contains("\"version\"")
+    );
+}

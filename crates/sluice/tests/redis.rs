@@ -50,6 +50,41 @@ async fn three_processes_share_one_limit_through_redis() {
         admitted, 12,
         "30 requests over 3 sidecars, one global burst of 12"
     );
+    // Every sidecar reports the same global bucket (what is left, not counting leases).
+    let mut seen = Vec::new();
+    for s in &sidecars {
+        let out = std::process::Command::new(common::bin())
+            .args([
+                "quota",
+                "get",
+                "--addr",
+                &s.grpc.to_string(),
+                "--domain",
+                "edge",
+                "-d",
+                "tenant=acme",
+                "-o",
+                "json",
+            ])
+            .output()
+            .expect("sluice quota get");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(
+            (v["rule"].as_str(), v["store"].as_str()),
+            (Some("per_tenant"), Some("redis")),
+            "{v}"
+        );
+        seen.push(v["global_remaining"].as_f64().expect("global_remaining"));
+    }
+    assert!(
+        seen.iter().all(|g| (g - seen[0]).abs() < 0.5 && *g < 1.0),
+        "same global remaining everywhere: {seen:?}"
+    );
     let readyz = common::http_get(sidecars[0].admin.port(), "/readyz", &[]);
     assert_eq!(readyz.status, 200);
     assert!(

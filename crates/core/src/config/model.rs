@@ -191,6 +191,17 @@ pub enum Fallback {
     Deny,
 }
 
+impl Fallback {
+    /// The config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fallback::LocalShare => "local_share",
+            Fallback::Allow => "allow",
+            Fallback::Deny => "deny",
+        }
+    }
+}
+
 /// `authz:`: how ext_authz `Check` requests become descriptors.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,229 @@
+//! `sluice.v1.Quota`: the operator API (peek, list, watch, rules). Nothing here consumes tokens.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::Entry;
+use sluice_core::rules::Limit;
+use sluice_engine::quota::QuotaView;
+use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::quota_server::Quota;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::state::AppState;
+use crate::validate;
+
+/// The Quota service.
+#[derive(Debug, Clone)]
+pub struct QuotaService {
+    state: Arc<AppState>,
+}
+
+impl QuotaService {
+    /// A service over shared state.
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+}
+
+/// Checks and converts a domain and entries from the API.
+pub fn entries_of(domain: &str, entries: &[pb::Entry]) -> Result<Vec<Entry>, Status> {
+    validate::domain(domain)?;
+    let entries: Vec<Entry> = entries
+        .iter()
+        .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
+        .collect();
+    validate::check_entries(0, &entries)?;
+    Ok(entries)
+}
+
+/// The API form of a quota view.
+pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
+    let mut out = pb::QuotaState {
+        unknown_domain: view.unknown_domain,
+        degraded: view.degraded || view.store_error.is_some(),
+        tracked: view.tracked,
+        local_lease: view.local_lease,
+        global_remaining: view.global_remaining.unwrap_or(0.0),
+        until_full: Some(prost_duration(view.until_full)),
+        store: store.to_string(),
+        ..pb::QuotaState::default()
+    };
+    let Some(rule) = view.matched() else {
+        out.reason = if view.unknown_domain {
+            "no config for this domain".into()
+        } else {
+            "no rule matches (or the matching descriptor has no rate_limit)".into()
+        };
+        return out;
+    };
+    out.matched = true;
+    out.rule = rule.label.clone();
+    out.reason = format!("{} ({}:{})", rule.path, rule.file.display(), rule.line);
+    out.shadow_mode = rule.shadow_mode;
+    match rule.limit {
+        Limit::Unlimited => out.mode = "unlimited".into(),
+        Limit::Limited {
+            rate,
+            mode,
+            fallback,
+        } => {
+            out.requests_per_unit = rate.requests_per_unit;
+            out.unit = rate.unit.to_string();
+            out.burst = rate.burst;
+            out.mode = mode.as_str().into();
+            out.fallback = fallback.as_str().into();
+        }
+    }
+    out
+}
+
+fn prost_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::QuotaState, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Quota for QuotaService {
+    async fn get_quota(
+        &self,
+        request: Request<pb::GetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaState>, Status> {
+        let req = request.into_inner();
+        let entries = entries_of(&req.domain, &req.entries)?;
+        let view = self.state.engine.quota(&req.domain, &entries).await;
+        Ok(Response::new(to_state(
+            &view,
+            self.state.engine.store().name(),
+        )))
+    }
+
+    async fn list_quotas(
+        &self,
+        request: Request<pb::ListQuotasRequest>,
+    ) -> Result<Response<pb::ListQuotasResponse>, Status> {
+        let req = request.into_inner();
+        let size = match req.page_size {
+            0 => 100,
+            n => n.min(1_000) as usize,
+        };
+        let start: usize = if req.page_token.is_empty() {
+            0
+        } else {
+            req.page_token
+                .parse()
+                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
+        };
+        let all = self
+            .state
+            .engine
+            .tracked(&req.domain, &req.rule, &req.prefix);
+        let total = all.len();
+        let keys = all
+            .into_iter()
+            .skip(start)
+            .take(size)
+            .map(|k| pb::TrackedKey {
+                domain: k.domain,
+                rule: k.rule,
+                values: k.values,
+                mode: k.mode.as_str().into(),
+                local_lease: k.local_lease,
+                idle_seconds: k.idle.as_secs_f64(),
+            })
+            .collect::<Vec<_>>();
+        let next = start + keys.len();
+        Ok(Response::new(pb::ListQuotasResponse {
+            keys,
+            next_page_token: if next < total {
+                next.to_string()
+            } else {
+                String::new()
+            },
+            total: total as u64,
+        }))
+    }
+
+    type WatchQuotaStream = WatchStream;
+
+    async fn watch_quota(
+        &self,
+        request: Request<pb::WatchQuotaRequest>,
+    ) -> Result<Response<Self::WatchQuotaStream>, Status> {
+        let req = request.into_inner();
+        let entries = entries_of(&req.domain, &req.entries)?;
+        let every = req
+            .interval
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .filter(|d| !d.is_zero())
+            .unwrap_or(Duration::from_secs(1))
+            .max(Duration::from_millis(100));
+        let state = Arc::clone(&self.state);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if state.is_draining() {
+                    return;
+                }
+                let view = state.engine.quota(&req.domain, &entries).await;
+                if tx
+                    .send(Ok(to_state(&view, state.engine.store().name())))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn list_rules(
+        &self,
+        _: Request<pb::ListRulesRequest>,
+    ) -> Result<Response<pb::ListRulesResponse>, Status> {
+        let rules = self.state.engine.rules();
+        let version = self.state.runtime.load().version.clone();
+        Ok(Response::new(pb::ListRulesResponse {
+            config_version: version,
+            rules: rules.rules().iter().map(rule_of).collect(),
+        }))
+    }
+}
+
+/// The API form of a rule.
+pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
+    let mut out = pb::Rule {
+        domain: r.domain.clone(),
+        name: r.label.clone(),
+        path: r.path.clone(),
+        shadow_mode: r.shadow_mode,
+        source: format!("{}:{}", r.file.display(), r.line),
+        ..pb::Rule::default()
+    };
+    match r.limit {
+        Limit::Unlimited => out.unlimited = true,
+        Limit::Limited {
+            rate,
+            mode,
+            fallback,
+        } => {
+            out.requests_per_unit = rate.requests_per_unit;
+            out.unit = rate.unit.to_string();
+            out.burst = rate.burst;
+            out.mode = mode.as_str().into();
+            out.fallback = fallback.as_str().into();
+        }
+    }
+    out
+}

@@ -1,0 +1,328 @@
+//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check`.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry as EnvoyEntry;
+use sluice_proto::envoy::ratelimit::RateLimitRequest;
+use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::quota_client::QuotaClient;
+use tonic::transport::Channel;
+
+use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
+
+async fn channel(target: &Target) -> anyhow::Result<Channel> {
+    let addr = if target.addr.contains("://") {
+        target.addr.clone()
+    } else {
+        format!("http://{}", target.addr)
+    };
+    Channel::from_shared(addr.clone())
+        .with_context(|| format!("bad address {addr}"))?
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {addr}"))
+}
+
+fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {
+    d.entries
+        .iter()
+        .map(|(k, v)| pb::Entry {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
+}
+
+/// `sluice quota …`.
+pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
+    match command {
+        QuotaCommand::Get { target, descriptor } => {
+            let mut client = QuotaClient::new(channel(&target).await?);
+            let state = client
+                .get_quota(pb::GetQuotaRequest {
+                    domain: descriptor.domain.clone(),
+                    entries: entries(&descriptor),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_state(&state, target.output);
+        }
+        QuotaCommand::List {
+            target,
+            domain,
+            rule,
+            prefix,
+            limit,
+        } => {
+            let mut client = QuotaClient::new(channel(&target).await?);
+            let resp = client
+                .list_quotas(pb::ListQuotasRequest {
+                    domain,
+                    rule,
+                    prefix,
+                    page_size: limit,
+                    page_token: String::new(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if target.output == Output::Json {
+                let keys: Vec<_> = resp
+                    .keys
+                    .iter()
+                    .map(|k| json!({"domain": k.domain, "rule": k.rule, "values": k.values, "mode": k.mode, "local_lease": k.local_lease, "idle_seconds": k.idle_seconds}))
+                    .collect();
+                out(&json!({"total": resp.total, "keys": keys}).to_string());
+            } else {
+                let mut rows = vec![vec![
+                    "DOMAIN".into(),
+                    "RULE".into(),
+                    "VALUES".into(),
+                    "MODE".into(),
+                    "LEASE".into(),
+                    "IDLE".into(),
+                ]];
+                for k in &resp.keys {
+                    rows.push(vec![
+                        k.domain.clone(),
+                        k.rule.clone(),
+                        k.values.clone(),
+                        k.mode.clone(),
+                        k.local_lease.to_string(),
+                        format!("{:.1}s", k.idle_seconds),
+                    ]);
+                }
+                table(&rows);
+                out(&format!(
+                    "{} of {} tracked keys",
+                    resp.keys.len(),
+                    resp.total
+                ));
+            }
+        }
+        QuotaCommand::Watch {
+            target,
+            descriptor,
+            interval,
+        } => {
+            let mut client = QuotaClient::new(channel(&target).await?);
+            let mut stream = client
+                .watch_quota(pb::WatchQuotaRequest {
+                    domain: descriptor.domain.clone(),
+                    entries: entries(&descriptor),
+                    interval: Some(prost_types::Duration {
+                        seconds: interval.as_secs() as i64,
+                        nanos: interval.subsec_nanos() as i32,
+                    }),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            while let Some(state) = stream.message().await.map_err(status_error)? {
+                print_state(&state, target.output);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sluice rules`.
+pub async fn rules(target: Target) -> anyhow::Result<()> {
+    let mut client = QuotaClient::new(channel(&target).await?);
+    let resp = client
+        .list_rules(pb::ListRulesRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if target.output == Output::Json {
+        let rules: Vec<_> = resp
+            .rules
+            .iter()
+            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source}))
+            .collect();
+        out(&json!({"config_version": resp.config_version, "rules": rules}).to_string());
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "DOMAIN".into(),
+        "NAME".into(),
+        "PATH".into(),
+        "LIMIT".into(),
+        "BURST".into(),
+        "MODE".into(),
+        "SOURCE".into(),
+    ]];
+    for r in &resp.rules {
+        let limit = if r.unlimited {
+            "unlimited".into()
+        } else {
+            format!("{}/{}", r.requests_per_unit, r.unit)
+        };
+        let mode = if r.shadow_mode {
+            format!("{} (shadow)", r.mode)
+        } else {
+            r.mode.clone()
+        };
+        rows.push(vec![
+            r.domain.clone(),
+            r.name.clone(),
+            r.path.clone(),
+            limit,
+            r.burst.to_string(),
+            mode,
+            r.source.clone(),
+        ]);
+    }
+    table(&rows);
+    out(&format!("config version {}", resp.config_version));
+    Ok(())
+}
+
+/// `sluice check`: one ShouldRateLimit call.
+pub async fn check(target: Target, descriptor: DescriptorArgs, hits: u32) -> anyhow::Result<()> {
+    let mut client = RateLimitServiceClient::new(channel(&target).await?);
+    let resp = client
+        .should_rate_limit(RateLimitRequest {
+            domain: descriptor.domain.clone(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: descriptor
+                    .entries
+                    .iter()
+                    .map(|(k, v)| EnvoyEntry {
+                        key: k.clone(),
+                        value: v.clone(),
+                    })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: hits,
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let code = |c: i32| Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name());
+    let s = resp.statuses.first();
+    let limit = s.and_then(|s| s.current_limit.as_ref());
+    let reset = s
+        .and_then(|s| s.duration_until_reset.as_ref())
+        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    if target.output == Output::Json {
+        out(&json!({
+            "overall_code": code(resp.overall_code),
+            "limit": limit.map(|l| json!({"name": l.name, "requests_per_unit": l.requests_per_unit, "unit": sluice_core::Unit::from_envoy_code(l.unit).map(sluice_core::Unit::as_str)})),
+            "remaining": s.map(|s| s.limit_remaining),
+            "reset_seconds": reset,
+        })
+        .to_string());
+    } else {
+        let limit_text = limit.map_or("no limit".to_string(), |l| {
+            let unit =
+                sluice_core::Unit::from_envoy_code(l.unit).map_or("?", sluice_core::Unit::as_str);
+            format!("{} per {unit} ({})", l.requests_per_unit, l.name)
+        });
+        out(&format!(
+            "{}  limit: {limit_text}  remaining: {}  full again in {reset:.1}s",
+            code(resp.overall_code),
+            s.map_or(0, |s| s.limit_remaining)
+        ));
+    }
+    if resp.overall_code == Code::OverLimit as i32 {
+        bail!("over the limit");
+    }
+    Ok(())
+}
+
+fn print_state(s: &pb::QuotaState, output: Output) {
+    let until_full = s
+        .until_full
+        .as_ref()
+        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    if output == Output::Json {
+        out(&json!({
+            "matched": s.matched, "rule": s.rule, "reason": s.reason, "requests_per_unit": s.requests_per_unit,
+            "unit": s.unit, "burst": s.burst, "global_remaining": s.global_remaining, "local_lease": s.local_lease,
+            "until_full_seconds": until_full, "mode": s.mode, "fallback": s.fallback, "shadow_mode": s.shadow_mode,
+            "degraded": s.degraded, "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
+        })
+        .to_string());
+        return;
+    }
+    if !s.matched {
+        out(&format!("not limited: {}", s.reason));
+        return;
+    }
+    let rows = vec![
+        vec!["rule".to_string(), s.rule.clone()],
+        vec!["matched because".into(), s.reason.clone()],
+        vec![
+            "limit".into(),
+            format!("{} per {} (burst {})", s.requests_per_unit, s.unit, s.burst),
+        ],
+        vec![
+            "global remaining".into(),
+            format!("{:.2}", s.global_remaining),
+        ],
+        vec!["this instance's lease".into(), s.local_lease.to_string()],
+        vec!["full again in".into(), format!("{until_full:.1}s")],
+        vec![
+            "mode".into(),
+            format!(
+                "{} (fallback {}){}",
+                s.mode,
+                s.fallback,
+                if s.shadow_mode { ", shadow" } else { "" }
+            ),
+        ],
+        vec![
+            "store".into(),
+            format!(
+                "{}{}",
+                s.store,
+                if s.degraded {
+                    " (DEGRADED: fallback applies)"
+                } else {
+                    ""
+                }
+            ),
+        ],
+    ];
+    table(&rows);
+}
+
+/// Prints rows as aligned columns.
+fn table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|v| v.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
+            .collect();
+        out(line.join("  ").trim_end());
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn out(line: &str) {
+    println!("{line}");
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}: {}", s.code(), s.message())
+}
