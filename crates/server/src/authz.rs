@@ -80,7 +80,7 @@ impl Authorization for Authz {
                 .inc();
             return Ok(Response::new(allow(Vec::new())));
         }
-        let decision = self
+        let mut decision = self
             .state
             .engine
             .decide(&RateLimitRequest {
@@ -89,6 +89,12 @@ impl Authorization for Authz {
                 hits_addend: 1,
             })
             .await;
+        crate::shadow::apply(
+            &mut decision,
+            runtime.shadow_mode,
+            &self.state.shadow_log,
+            &plan.domain,
+        );
         self.state.metrics.record("authz", &decision);
         let policies = headers::policies(&decision);
         let header_values = rate_limit_headers(&policies, &runtime.response);

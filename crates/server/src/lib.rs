@@ -10,6 +10,7 @@
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
+//! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
 //! - [`reload`]: live config reload by polling file contents.
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
@@ -21,6 +22,7 @@ pub mod quota;
 pub mod reload;
 pub mod rls;
 pub mod serve;
+pub mod shadow;
 pub mod state;
 pub mod validate;
 

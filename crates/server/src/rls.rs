@@ -47,7 +47,7 @@ impl RateLimitService for Rls {
                 return Err(status);
             }
         };
-        let decision = self
+        let mut decision = self
             .state
             .engine
             .decide(&RateLimitRequest {
@@ -56,6 +56,8 @@ impl RateLimitService for Rls {
                 hits_addend: u64::from(req.hits_addend),
             })
             .await;
+        let shadow = self.state.runtime.load().shadow_mode;
+        crate::shadow::apply(&mut decision, shadow, &self.state.shadow_log, &req.domain);
         self.state.metrics.record("rls", &decision);
         let response = to_response(&decision);
         self.state

@@ -20,6 +20,8 @@ pub struct Runtime {
     pub response: ResponseSettings,
     /// The config version.
     pub version: String,
+    /// Global dry run: every decision answers OK; would-deny is counted and logged (sampled).
+    pub shadow_mode: bool,
 }
 
 impl Runtime {
@@ -29,6 +31,7 @@ impl Runtime {
             authz: config.authz.clone(),
             response: config.response.clone(),
             version: config.version.clone(),
+            shadow_mode: config.shadow_mode,
         }
     }
 }
@@ -46,6 +49,8 @@ pub struct AppState {
     pub registry: Registry,
     /// Set when shutdown begins: `/readyz` and gRPC health report not serving.
     draining: AtomicBool,
+    /// Sampling for would-deny logs.
+    pub shadow_log: crate::shadow::ShadowLog,
 }
 
 impl AppState {
@@ -62,6 +67,7 @@ impl AppState {
             metrics,
             registry,
             draining: AtomicBool::new(false),
+            shadow_log: crate::shadow::ShadowLog::default(),
         }
     }
 

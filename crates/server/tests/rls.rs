@@ -159,28 +159,61 @@ async fn per_descriptor_hits_addend_and_limit_override() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metric_series_stay_flat_under_many_distinct_values() {
+async fn metric_series_stay_flat_under_100k_distinct_values() {
     let server = TestServer::start(CONFIG).await;
-    let mut rls = server.rls().await;
+    let rls = server.rls().await;
     let series = |m: &str| m.lines().filter(|l| l.starts_with("sluice_")).count();
-    for i in 0..50 {
-        let v = format!("10.1.{}.{}", i / 256, i % 256);
-        rls.should_rate_limit(request("edge", &[&[("remote_address", v.as_str())]]))
-            .await
-            .expect("rpc");
-    }
+    let send = |from: usize, to: usize| {
+        let rls = rls.clone();
+        async move {
+            let mut tasks = Vec::new();
+            for worker in 0..32 {
+                let mut rls = rls.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in (from + worker..to).step_by(32) {
+                        let v = format!("10.{}.{}.{}", i / 65_536, (i / 256) % 256, i % 256);
+                        rls.should_rate_limit(request(
+                            "edge",
+                            &[&[("remote_address", v.as_str())]],
+                        ))
+                        .await
+                        .expect("rpc");
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.expect("worker");
+            }
+        }
+    };
+    send(0, 100).await;
     let before = series(&server.admin_get("/metrics").await.1);
-    for i in 50..2_000 {
-        let v = format!("10.1.{}.{}", i / 256, i % 256);
-        rls.should_rate_limit(request("edge", &[&[("remote_address", v.as_str())]]))
-            .await
-            .expect("rpc");
-    }
+    send(100, 100_000).await;
     let (_, after) = server.admin_get("/metrics").await;
     assert_eq!(
         series(&after),
         before,
         "series must not grow with descriptor values"
     );
-    assert!(after.contains("sluice_tracked_keys 2000"), "{after}");
+    assert!(after.contains("sluice_tracked_keys 100000"), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_shadow_switch_answers_ok_and_counts_would_deny() {
+    let server = TestServer::start(&format!("shadow_mode: true\n{CONFIG}")).await;
+    let mut rls = server.rls().await;
+    for _ in 0..5 {
+        let resp = rls
+            .should_rate_limit(request("edge", &[&[("remote_address", "1.1.1.1")]]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(resp.overall_code, Code::Ok as i32);
+        assert_eq!(resp.statuses[0].code, Code::Ok as i32);
+    }
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        metrics.contains(r#"sluice_decisions_total{domain="edge",outcome="shadow_over_limit",rule="per_client"} 2"#),
+        "{metrics}"
+    );
 }

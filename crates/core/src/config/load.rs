@@ -30,6 +30,8 @@ pub struct Config {
     pub response: ResponseSettings,
     /// The global store, if not the embedded one.
     pub redis: Option<RedisSettings>,
+    /// Dry run for every rule (`shadow_mode: true` at the top level).
+    pub shadow_mode: bool,
     /// Every file read, in order (config, includes, map files): what a reload watches.
     pub files: Vec<PathBuf>,
     /// A short hash of every file's path and content, identifying this configuration.
@@ -103,6 +105,7 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         engine: file.engine,
         response: file.response,
         redis: file.redis,
+        shadow_mode: file.shadow_mode,
     };
     Ok(reader.finish(rules, authz, settings))
 }
@@ -223,6 +226,7 @@ struct Settings {
     engine: EngineSettings,
     response: ResponseSettings,
     redis: Option<RedisSettings>,
+    shadow_mode: bool,
 }
 
 fn load_maps(
@@ -312,6 +316,7 @@ impl Reader {
             engine: settings.engine,
             response: settings.response,
             redis: settings.redis,
+            shadow_mode: settings.shadow_mode,
             files: self.files,
             version: format!("{:016x}", self.hash),
         }

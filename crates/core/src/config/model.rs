@@ -34,6 +34,9 @@ pub struct ConfigFile {
     pub response: ResponseSettings,
     /// The global store; without it sluice runs on its embedded in-memory store.
     pub redis: Option<RedisSettings>,
+    /// Dry run for every rule: decide and count, but always answer OK.
+    #[serde(default)]
+    pub shadow_mode: bool,
 }
 
 /// `redis:`: where global buckets live.

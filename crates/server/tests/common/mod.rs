@@ -36,6 +36,7 @@ impl TestServer {
         std::fs::write(&path, yaml).expect("write config");
         let config = sluice_core::load_config(&path).expect("valid config");
         let registry = Registry::new();
+        let runtime = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
             config.rules,
             MemoryStore::new(SystemClock::new()),
@@ -43,11 +44,7 @@ impl TestServer {
             EngineSettings::from(&config.engine),
             EngineMetrics::register(&registry).expect("metrics"),
         ));
-        let runtime = Runtime {
-            authz: config.authz.clone(),
-            response: config.response.clone(),
-            version: config.version.clone(),
-        };
+
         let metrics = ServerMetrics::register(&registry).expect("metrics");
         let state = Arc::new(AppState::new(engine, runtime, metrics, registry));
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")

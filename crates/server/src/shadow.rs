@@ -1,0 +1,64 @@
+//! Dry runs: the global `shadow_mode` switch, and sampled logs of would-deny decisions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use sluice_engine::{Code, Decision};
+
+/// At most one would-deny log line per second, so a dry run cannot flood the logs.
+#[derive(Debug)]
+pub struct ShadowLog {
+    origin: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for ShadowLog {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ShadowLog {
+    fn sample(&self) -> bool {
+        let now = self.origin.elapsed().as_millis() as u64 + 1_000;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now >= last + 1_000
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// Turns denials into OKs when the global switch is on (flagging them `shadow_over_limit`), and
+/// logs would-deny decisions of the switch or of shadow-mode rules, sampled.
+pub fn apply(decision: &mut Decision, global: bool, log: &ShadowLog, domain: &str) {
+    if global && decision.overall == Code::OverLimit {
+        for o in &mut decision.outcomes {
+            if o.code == Code::OverLimit {
+                o.code = Code::Ok;
+                o.shadow_over_limit = true;
+                o.retry_after = None;
+            }
+        }
+        decision.overall = Code::Ok;
+    }
+    if let Some(o) = decision.outcomes.iter().find(|o| o.shadow_over_limit)
+        && log.sample()
+    {
+        let rule = o
+            .limit
+            .and_then(|l| l.rule)
+            .and_then(|id| decision.rules.rule(id))
+            .map_or("override", |r| r.label.as_str());
+        tracing::info!(
+            domain,
+            rule,
+            global,
+            "shadow mode: would have denied (sampled: at most one line per second)"
+        );
+    }
+}
