@@ -35,7 +35,10 @@ const REFLECTION: &[&str] = &[
 /// How serving behaves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// How long in-flight requests may take to finish after shutdown begins.
+    /// After shutdown begins, how long to keep answering new requests while reporting
+    /// NOT_SERVING, so callers (Envoy, load balancers) move away before connections close.
+    pub drain_delay: Duration,
+    /// How long in-flight requests may take to finish once sluice stops accepting.
     pub shutdown_grace: Duration,
     /// Live reload of the config, if wanted.
     pub reload: Option<(ReloadOptions, ReloadMetrics)>,
@@ -44,6 +47,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
+            drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             reload: None,
         }
@@ -62,8 +66,8 @@ pub enum ServeError {
 }
 
 /// Serves gRPC on `grpc` and admin HTTP on `admin` until `shutdown` resolves, then: reports
-/// NOT_SERVING, stops accepting, lets in-flight requests finish (up to `shutdown_grace`), returns
-/// every lease to the global store, and returns.
+/// NOT_SERVING while still answering for `drain_delay`, stops accepting, lets in-flight requests
+/// finish (up to `shutdown_grace`), returns every lease to the global store, and returns.
 pub async fn serve(
     state: Arc<AppState>,
     grpc: TcpListener,
@@ -131,6 +135,8 @@ pub async fn serve(
             for service in SERVICES.iter().chain([&""]) {
                 health.set_service_status(*service, ServingStatus::NotServing).await;
             }
+            // Keep answering while callers notice NOT_SERVING; the server may also end on its own.
+            let _ = tokio::time::timeout(options.drain_delay, &mut grpc_server).await;
             stop_grpc.cancel();
             match tokio::time::timeout(options.shutdown_grace, &mut grpc_server).await {
                 Ok(r) => r.map_err(ServeError::from),

@@ -162,7 +162,10 @@ pub struct ServeArgs {
     /// Admin HTTP address (/metrics, /healthz, /readyz).
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
-    /// How long in-flight requests may take to finish after SIGTERM (e.g. 10s, 500ms).
+    /// After SIGTERM, how long to keep answering while health reports NOT_SERVING (e.g. 2s).
+    #[arg(long, env = "SLUICE_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]
+    pub drain_delay: Duration,
+    /// Then, how long in-flight requests may take to finish (e.g. 10s, 500ms).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// How often to check the config files for changes (e.g. 1s); `0s` turns live reload off.

@@ -97,6 +97,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             "sluice serving"
         );
         let options = ServeOptions {
+            drain_delay: args.drain_delay,
             shutdown_grace: args.shutdown_grace,
             reload,
         };

@@ -98,13 +98,17 @@ impl Sluice {
         self.dir.path().join("sluice.yaml")
     }
 
-    /// Sends SIGTERM and waits for the exit code.
-    pub fn terminate(&mut self) -> Option<i32> {
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .expect("kill");
         assert!(status.success());
+    }
+
+    /// Waits (at most 20 s) for the process to exit; returns its exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(s) = self.child.try_wait().expect("wait") {
@@ -116,6 +120,12 @@ impl Sluice {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        self.send_sigterm();
+        self.wait_exit()
     }
 }
 
