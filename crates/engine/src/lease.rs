@@ -105,18 +105,20 @@ impl Leaser {
                     // Spend what came, then deny locally while tokens refill in the global bucket
                     // (up to the burst, so nothing is lost) instead of asking on every request:
                     // a remote store is asked again after one lease horizon, or later if the
-                    // tokens this request needs take longer to refill; the in-process store as
-                    // soon as they are due.
+                    // tokens this request needs take longer to refill (at most `lease_ttl`); the
+                    // in-process store as soon as they are due.
                     let missing = needed.saturating_sub(state.lease).max(1);
                     let until = bucket
                         .rate
                         .micros_until(grant.remaining, missing as f64)
                         .unwrap_or(u64::MAX);
                     let horizon = self.settings.lease_horizon.as_micros() as u64;
+                    // Never longer than `lease_ttl`, so a reset or a returned lease is seen soon.
+                    let ttl = self.settings.lease_ttl.as_micros() as u64;
                     let wait = if self.store.is_in_process() {
                         until.max(1)
                     } else {
-                        until.max(horizon)
+                        until.max(horizon).min(ttl.max(horizon))
                     };
                     state.retry_at = now.saturating_add(wait);
                 }

@@ -95,6 +95,11 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         Box::pin(async move { Ok(tokens) })
     }
 
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.buckets.remove(key);
+        Box::pin(async { Ok(()) })
+    }
+
     fn is_in_process(&self) -> bool {
         true
     }

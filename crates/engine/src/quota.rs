@@ -118,6 +118,30 @@ impl Engine {
         view
     }
 
+    /// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's
+    /// state for the key. Returns the matched rule's label, or `None` if no limited rule matches.
+    pub async fn reset(
+        &self,
+        domain: &str,
+        entries: &[Entry],
+    ) -> Result<Option<String>, StoreError> {
+        let rules = self.rules();
+        let Match::Rule(rule) = rules.match_descriptor(domain, entries) else {
+            return Ok(None);
+        };
+        let Limit::Limited { mode, .. } = rule.limit else {
+            return Ok(None);
+        };
+        if mode != Mode::Local {
+            self.store()
+                .reset(&key::store_key(rule.fingerprint, entries))
+                .await?;
+        }
+        key::with_encoded(rule.fingerprint, entries, |k| self.buckets.remove(k));
+        self.metrics.tracked_keys.set(self.buckets.len() as i64);
+        Ok(Some(rule.label.clone()))
+    }
+
     /// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
     /// and values prefix (empty filters match everything).
     pub fn tracked(&self, domain: &str, rule: &str, prefix: &str) -> Vec<TrackedKey> {

@@ -56,6 +56,9 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// The bucket's tokens after a refill, without changing it.
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;
 
+    /// Forgets the bucket at `key`, so it is full again.
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
+
     /// Whether the store is known to be unavailable (circuit open, not connected): decisions use
     /// each rule's fallback. Reported in `/readyz` and `sluice_degraded`.
     fn degraded(&self) -> bool {

@@ -38,6 +38,16 @@ impl Conn {
         }
     }
 
+    /// DEL one key.
+    pub async fn del(&self, key: &str) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(key);
+        match self {
+            Conn::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+            Conn::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+        }
+    }
+
     /// PING.
     pub async fn ping(&self) -> Result<(), RedisError> {
         let cmd = redis::cmd("PING");

@@ -231,6 +231,18 @@ impl GlobalStore for RedisStore {
         Box::pin(self.peek_at(key, rate, None))
     }
 
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(conn) = self.conn.load_full() else {
+                return Err(StoreError::Unavailable("not connected".into()));
+            };
+            match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(key)).await {
+                Ok(r) => r.map_err(|e| classify(&e)),
+                Err(_) => Err(StoreError::Timeout),
+            }
+        })
+    }
+
     fn degraded(&self) -> bool {
         !self.breaker.is_closed()
     }

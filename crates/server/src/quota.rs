@@ -188,6 +188,43 @@ impl Quota for QuotaService {
         )))
     }
 
+    async fn reset_quota(
+        &self,
+        request: Request<pb::ResetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaState>, Status> {
+        let Some(token) = self.state.runtime.load().reset_token.clone() else {
+            return Err(Status::permission_denied(
+                "ResetQuota is disabled: set admin.allow_reset and a reset token",
+            ));
+        };
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !token.matches(presented) {
+            return Err(Status::unauthenticated(
+                "ResetQuota needs `authorization: Bearer <admin reset token>`",
+            ));
+        }
+        let req = request.into_inner();
+        let entries = entries_of(&req.domain, &req.entries)?;
+        match self.state.engine.reset(&req.domain, &entries).await {
+            Ok(Some(rule)) => {
+                tracing::info!(domain = %req.domain, rule = %rule, "quota reset by operator")
+            }
+            Ok(None) => return Err(Status::not_found("no limited rule matches this descriptor")),
+            // Fail closed: the reset did not happen, and the caller must know.
+            Err(e) => return Err(Status::unavailable(format!("reset failed: {e}"))),
+        }
+        let view = self.state.engine.quota(&req.domain, &entries).await;
+        Ok(Response::new(to_state(
+            &view,
+            self.state.engine.store().name(),
+        )))
+    }
+
     async fn list_rules(
         &self,
         _: Request<pb::ListRulesRequest>,

@@ -22,6 +22,8 @@ pub struct Runtime {
     pub version: String,
     /// Global dry run: every decision answers OK; would-deny is counted and logged (sampled).
     pub shadow_mode: bool,
+    /// The bearer token `ResetQuota` requires; `None`: resets are disabled.
+    pub reset_token: Option<sluice_core::config::load::ResetToken>,
 }
 
 impl Runtime {
@@ -32,6 +34,7 @@ impl Runtime {
             response: config.response.clone(),
             version: config.version.clone(),
             shadow_mode: config.shadow_mode,
+            reset_token: config.reset_token.clone(),
         }
     }
 }

@@ -122,6 +122,16 @@ pub enum QuotaCommand {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
+    /// Refill one descriptor's global bucket (needs `admin.allow_reset` and the reset token).
+    Reset {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// The environment variable holding the reset token.
+        #[arg(long, default_value = "SLUICE_RESET_TOKEN")]
+        token_env: String,
+    },
     /// Print a snapshot of one descriptor's quota every interval until interrupted.
     Watch {
         #[command(flatten)]

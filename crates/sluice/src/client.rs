@@ -107,6 +107,29 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
                 ));
             }
         }
+        QuotaCommand::Reset {
+            target,
+            descriptor,
+            token_env,
+        } => {
+            let token = std::env::var(&token_env)
+                .with_context(|| format!("the reset token: set {token_env}"))?;
+            let mut request = tonic::Request::new(pb::ResetQuotaRequest {
+                domain: descriptor.domain.clone(),
+                entries: entries(&descriptor),
+            });
+            let bearer = format!("Bearer {token}")
+                .parse()
+                .context("the token is not a valid header value")?;
+            request.metadata_mut().insert("authorization", bearer);
+            let mut client = QuotaClient::new(channel(&target).await?);
+            let state = client
+                .reset_quota(request)
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_state(&state, target.output);
+        }
         QuotaCommand::Watch {
             target,
             descriptor,
@@ -324,5 +347,5 @@ fn out(line: &str) {
 }
 
 fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}: {}", s.code(), s.message())
+    anyhow::anyhow!("{:?}: {}", s.code(), s.message())
 }

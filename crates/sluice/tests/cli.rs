@@ -158,3 +158,77 @@ fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
             .contains("\"version\"")
     );
 }
+
+#[test]
+fn quota_reset_needs_the_token_and_refills_the_bucket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("token"), "s3cret-reset-token-0123\n").expect("write");
+    let yaml = format!(
+        "domains:\n  - {}\nadmin:\n  allow_reset: true\n  reset_token_file: {}\n",
+        GOOD.replace('\n', "\n    ").trim_end(),
+        dir.path().join("token").display()
+    );
+    let s = common::start(&yaml);
+    let addr = s.grpc.to_string();
+    let run = |args: &[&str], token: &str| {
+        let out = sluice()
+            .args(args)
+            .args(["--addr", &addr])
+            .env("SLUICE_RESET_TOKEN", token)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    assert_eq!(run(&["check", "--domain", "d", "-d", "k=v"], "").0, Some(0));
+    assert_eq!(
+        run(&["check", "--domain", "d", "-d", "k=v"], "").0,
+        Some(1),
+        "1 per second: over"
+    );
+    let (code, stderr) = run(
+        &["quota", "reset", "--domain", "d", "-d", "k=v"],
+        "wrong-token-wrong-token",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("Unauthenticated") || stderr.contains("unauthenticated"),
+        "{stderr}"
+    );
+    assert_eq!(
+        run(
+            &["quota", "reset", "--domain", "d", "-d", "k=v"],
+            "s3cret-reset-token-0123"
+        )
+        .0,
+        Some(0)
+    );
+    assert_eq!(
+        run(&["check", "--domain", "d", "-d", "k=v"], "").0,
+        Some(0),
+        "full again after the reset"
+    );
+}
+
+#[test]
+fn quota_reset_is_refused_unless_enabled() {
+    let s = common::start(GOOD);
+    let out = sluice()
+        .args([
+            "quota",
+            "reset",
+            "--domain",
+            "d",
+            "-d",
+            "k=v",
+            "--addr",
+            &s.grpc.to_string(),
+        ])
+        .env("SLUICE_RESET_TOKEN", "anything-anything-anything")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ResetQuota is disabled"));
+}

@@ -6,9 +6,12 @@ use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_testkit::redis::Standalone;
 
-fn config(url: &str) -> String {
+fn config(url: &str, token_file: &std::path::Path) -> String {
     format!(
         r#"
+admin:
+  allow_reset: true
+  reset_token_file: {}
 domains:
   - domain: edge
     descriptors:
@@ -17,15 +20,19 @@ domains:
 redis:
   url: {url}
   timeout: 100ms
-"#
+"#,
+        token_file.display()
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_share_one_limit_through_redis() {
     let redis = Standalone::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "reset-token-for-the-test").expect("write");
     let sidecars: Vec<_> = (0..3)
-        .map(|_| common::start(&config(&redis.url())))
+        .map(|_| common::start(&config(&redis.url(), &token)))
         .collect();
     let mut clients = Vec::new();
     for s in &sidecars {
@@ -85,6 +92,45 @@ async fn three_processes_share_one_limit_through_redis() {
         seen.iter().all(|g| (g - seen[0]).abs() < 0.5 && *g < 1.0),
         "same global remaining everywhere: {seen:?}"
     );
+    // A reset through one sidecar refills the global bucket for all of them.
+    let reset = std::process::Command::new(common::bin())
+        .args([
+            "quota",
+            "reset",
+            "--addr",
+            &sidecars[1].grpc.to_string(),
+            "--domain",
+            "edge",
+            "-d",
+            "tenant=acme",
+        ])
+        .env("SLUICE_RESET_TOKEN", "reset-token-for-the-test")
+        .output()
+        .expect("sluice quota reset");
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    // Each sidecar converges within `engine.lease_ttl` (1 s): a starved sidecar asks again by then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    for (i, c) in clients.iter_mut().enumerate() {
+        loop {
+            let resp = c
+                .should_rate_limit(common::rls_request("edge", "tenant", "acme"))
+                .await
+                .expect("rpc")
+                .into_inner();
+            if resp.overall_code == Code::Ok as i32 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sidecar {i} still denies 3 s after the reset"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
     let readyz = common::http_get(sidecars[0].admin.port(), "/readyz", &[]);
     assert_eq!(readyz.status, 200);
     assert!(

@@ -32,6 +32,8 @@ pub struct Config {
     pub redis: Option<RedisSettings>,
     /// Dry run for every rule (`shadow_mode: true` at the top level).
     pub shadow_mode: bool,
+    /// The `ResetQuota` bearer token, when resets are allowed.
+    pub reset_token: Option<ResetToken>,
     /// Every file read, in order (config, includes, map files): what a reload watches.
     pub files: Vec<PathBuf>,
     /// A short hash of every file's path and content, identifying this configuration.
@@ -101,11 +103,13 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         .as_ref()
         .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
         .transpose()?;
+    let reset_token = reset_token(&config_path, base, &file.admin)?;
     let settings = Settings {
         engine: file.engine,
         response: file.response,
         redis: file.redis,
         shadow_mode: file.shadow_mode,
+        reset_token,
     };
     Ok(reader.finish(rules, authz, settings))
 }
@@ -220,6 +224,57 @@ fn validate_redis(config: &Path, redis: &RedisSettings) -> Result<(), ConfigErro
     Ok(())
 }
 
+/// A secret bearer token; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResetToken(String);
+
+impl ResetToken {
+    /// Compares in time independent of where the first difference is.
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl std::fmt::Debug for ResetToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResetToken(<redacted>)")
+    }
+}
+
+/// The reset token when `admin.allow_reset` is on: from exactly one of an environment variable or a
+/// file, non-empty.
+fn reset_token(
+    config: &Path,
+    base: &Path,
+    admin: &super::model::AdminConfig,
+) -> Result<Option<ResetToken>, ConfigError> {
+    let bad = |m: String| Err(ConfigError::at(config, 0, format!("admin: {m}")));
+    if !admin.allow_reset {
+        return Ok(None);
+    }
+    let token = match (&admin.reset_token_env, &admin.reset_token_file) {
+        (Some(var), None) => match std::env::var(var) {
+            Ok(t) => t,
+            Err(_) => return bad(format!("reset_token_env names {var}, which is not set")),
+        },
+        (None, Some(file)) => match std::fs::read_to_string(base.join(file)) {
+            Ok(t) => t,
+            Err(e) => return bad(format!("reset_token_file {file}: {e}")),
+        },
+        _ => {
+            return bad(
+                "allow_reset needs exactly one of reset_token_env or reset_token_file".into(),
+            );
+        }
+    };
+    let token = token.trim();
+    if token.len() < 16 {
+        return bad("the reset token must be at least 16 characters".into());
+    }
+    Ok(Some(ResetToken(token.to_string())))
+}
+
 /// The settings part of a config, defaulted for a bare domain file or directory.
 #[derive(Default)]
 struct Settings {
@@ -227,6 +282,7 @@ struct Settings {
     response: ResponseSettings,
     redis: Option<RedisSettings>,
     shadow_mode: bool,
+    reset_token: Option<ResetToken>,
 }
 
 fn load_maps(
@@ -317,6 +373,7 @@ impl Reader {
             response: settings.response,
             redis: settings.redis,
             shadow_mode: settings.shadow_mode,
+            reset_token: settings.reset_token,
             files: self.files,
             version: format!("{:016x}", self.hash),
         }

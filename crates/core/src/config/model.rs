@@ -37,6 +37,22 @@ pub struct ConfigFile {
     /// Dry run for every rule: decide and count, but always answer OK.
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Operator API settings.
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `admin:`: what the operator API may do.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Allow `ResetQuota` (with the bearer token).
+    #[serde(default)]
+    pub allow_reset: bool,
+    /// An environment variable holding the reset token.
+    pub reset_token_env: Option<String>,
+    /// A file holding the reset token (e.g. a mounted Kubernetes Secret).
+    pub reset_token_file: Option<String>,
 }
 
 /// `redis:`: where global buckets live.

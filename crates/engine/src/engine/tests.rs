@@ -366,6 +366,9 @@ impl GlobalStore for DownStore {
     fn peek<'a>(&'a self, _: &'a str, _: Rate) -> StoreFuture<'a, f64> {
         Box::pin(async { Err(StoreError::Timeout) })
     }
+    fn reset<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async { Err(StoreError::Timeout) })
+    }
     fn name(&self) -> &'static str {
         "down"
     }
