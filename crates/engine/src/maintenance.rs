@@ -7,13 +7,48 @@ use std::time::Duration;
 use sluice_core::bucket::Rate;
 use sluice_core::config::Mode;
 
+use crate::bucket::{LeaseBucket, LeaseState};
 use crate::engine::Engine;
+use crate::lease::Leaser;
+
+impl Leaser {
+    /// Hands tokens back to the global store, counting them.
+    pub(crate) async fn return_tokens(&self, returns: Vec<Return>) {
+        for r in returns {
+            let started = std::time::Instant::now();
+            let result = self.store.release(&r.store_key, r.rate, r.tokens).await;
+            self.observe("release", started, &result);
+            match result {
+                Ok(()) => self
+                    .metrics
+                    .lease_tokens
+                    .with_label_values(&["returned"])
+                    .inc_by(r.tokens),
+                // Lost tokens only make the limit stricter for a while; never over-admit.
+                Err(e) => {
+                    tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+                }
+            }
+        }
+    }
+}
 
 /// Tokens to hand back to the global store.
-struct Return {
+pub(crate) struct Return {
     store_key: String,
     rate: Rate,
     tokens: u64,
+}
+
+impl Return {
+    /// Takes the bucket's whole lease (the caller holds its lock), if it holds any.
+    fn take(bucket: &LeaseBucket, state: &mut LeaseState) -> Option<Self> {
+        (state.lease > 0).then(|| Return {
+            store_key: bucket.store_key.clone(),
+            rate: bucket.rate,
+            tokens: std::mem::take(&mut state.lease),
+        })
+    }
 }
 
 impl Engine {
@@ -47,12 +82,10 @@ impl Engine {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             if bucket.mode != Mode::Local {
                 let mut state = bucket.lock();
-                if state.lease > 0 && (is_idle || now.saturating_sub(state.leased_at) > ttl) {
-                    returns.push(Return {
-                        store_key: bucket.store_key.clone(),
-                        rate: bucket.rate,
-                        tokens: std::mem::take(&mut state.lease),
-                    });
+                if (is_idle || now.saturating_sub(state.leased_at) > ttl)
+                    && let Some(r) = Return::take(bucket, &mut state)
+                {
+                    returns.push(r);
                     // The global reading is stale once tokens went back; read it again on use.
                     state.global_known = false;
                 }
@@ -65,7 +98,7 @@ impl Engine {
             .with_label_values(&["idle"])
             .inc_by(evicted);
         self.metrics.tracked_keys.set(self.buckets.len() as i64);
-        self.return_tokens(returns).await;
+        self.leaser.return_tokens(returns).await;
         self.store().housekeeping();
     }
 
@@ -74,35 +107,9 @@ impl Engine {
         let mut returns = Vec::new();
         for entry in self.buckets.iter() {
             let bucket = entry.value();
-            let mut state = bucket.lock();
-            if state.lease > 0 {
-                returns.push(Return {
-                    store_key: bucket.store_key.clone(),
-                    rate: bucket.rate,
-                    tokens: std::mem::take(&mut state.lease),
-                });
-            }
+            returns.extend(Return::take(bucket, &mut bucket.lock()));
         }
-        self.return_tokens(returns).await;
-    }
-
-    async fn return_tokens(&self, returns: Vec<Return>) {
-        for r in returns {
-            let started = std::time::Instant::now();
-            let result = self.store().release(&r.store_key, r.rate, r.tokens).await;
-            self.leaser.observe("release", started, &result);
-            match result {
-                Ok(()) => self
-                    .metrics
-                    .lease_tokens
-                    .with_label_values(&["returned"])
-                    .inc_by(r.tokens),
-                // Lost tokens only make the limit stricter for a while; never over-admit.
-                Err(e) => {
-                    tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
-                }
-            }
-        }
+        self.leaser.return_tokens(returns).await;
     }
 
     /// Keeps the key count under `max_keys`: when full, evicts the least recently used keys until
@@ -126,14 +133,7 @@ impl Engine {
         self.buckets.retain(|_, bucket| {
             let keep = bucket.last_used() > cutoff;
             if !keep && bucket.mode != Mode::Local {
-                let mut state = bucket.lock();
-                if state.lease > 0 {
-                    returns.push(Return {
-                        store_key: bucket.store_key.clone(),
-                        rate: bucket.rate,
-                        tokens: std::mem::take(&mut state.lease),
-                    });
-                }
+                returns.extend(Return::take(bucket, &mut bucket.lock()));
             }
             keep
         });
@@ -149,12 +149,8 @@ impl Engine {
         if !returns.is_empty()
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            let store = Arc::clone(self.store());
-            handle.spawn(async move {
-                for r in returns {
-                    let _ = store.release(&r.store_key, r.rate, r.tokens).await;
-                }
-            });
+            let leaser = Arc::clone(&self.leaser);
+            handle.spawn(async move { leaser.return_tokens(returns).await });
         }
     }
 }

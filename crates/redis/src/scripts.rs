@@ -1,5 +1,7 @@
 //! The Lua scripts, loaded once. `redis::Script` sends EVALSHA and, on NOSCRIPT (a restarted or
 //! failed-over Redis), loads the script and retries; in a cluster, on the node that owns the key.
+//!
+//! The bucket scripts share `lua/bucket.lua` (argument parsing and the refill), prepended here.
 
 use std::sync::LazyLock;
 
@@ -8,22 +10,39 @@ use sluice_core::bucket::Rate;
 
 /// `lease.lua`: refill and take up to `want` tokens; returns `{granted, remaining_millitokens}`.
 pub static LEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lease.lua")));
+    LazyLock::new(|| bucket_script(include_str!("../lua/lease.lua")));
 /// `release.lua`: refill and give tokens back (capped at the burst); returns remaining millitokens.
 pub static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
+    LazyLock::new(|| bucket_script(include_str!("../lua/release.lua")));
 /// `peek.lua`: refill without writing; returns remaining millitokens.
-pub static PEEK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/peek.lua")));
+pub static PEEK: LazyLock<Script> =
+    LazyLock::new(|| bucket_script(include_str!("../lua/peek.lua")));
 /// `heartbeat.lua`: register this instance and count live ones.
 pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/heartbeat.lua")));
 
-/// The rate arguments every bucket script takes first: `L`, `T` in microseconds, `B`.
-pub fn rate_args(rate: &Rate) -> [u64; 3] {
-    [rate.requests_per_unit, rate.unit.micros(), rate.burst]
+/// A bucket script: `bucket.lua` (shared prelude), then the script's own part.
+fn bucket_script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("../lua/bucket.lua")))
 }
 
-/// The optional `now` argument: empty means "use Redis TIME".
-pub fn now_arg(now_micros: Option<u64>) -> String {
-    now_micros.map(|n| n.to_string()).unwrap_or_default()
+/// An invocation of a bucket script: KEYS[1] = `key`, ARGV = L, T (µs), B, `now` (empty: Redis
+/// TIME), then the script's own argument if any.
+pub fn bucket_call<'a>(
+    script: &'a Script,
+    key: &str,
+    rate: &Rate,
+    now_micros: Option<u64>,
+    arg: Option<u64>,
+) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    inv.key(key)
+        .arg(rate.requests_per_unit)
+        .arg(rate.unit.micros())
+        .arg(rate.burst)
+        .arg(now_micros.map(|n| n.to_string()).unwrap_or_default());
+    if let Some(a) = arg {
+        inv.arg(a);
+    }
+    inv
 }

@@ -129,11 +129,7 @@ impl RedisStore {
         want: u64,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let mut inv = LEASE.prepare_invoke();
-        inv.key(key)
-            .arg(&scripts::rate_args(&rate)[..])
-            .arg(want)
-            .arg(scripts::now_arg(now));
+        let inv = scripts::bucket_call(&LEASE, key, &rate, now, Some(want));
         let (granted, milli): (u64, i64) = self.call(&inv).await?;
         Ok(LeaseGrant {
             granted,
@@ -149,11 +145,7 @@ impl RedisStore {
         tokens: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let mut inv = RELEASE.prepare_invoke();
-        inv.key(key)
-            .arg(&scripts::rate_args(&rate)[..])
-            .arg(tokens)
-            .arg(scripts::now_arg(now));
+        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, Some(tokens));
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -165,10 +157,7 @@ impl RedisStore {
         rate: Rate,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let mut inv = PEEK.prepare_invoke();
-        inv.key(key)
-            .arg(&scripts::rate_args(&rate)[..])
-            .arg(scripts::now_arg(now));
+        let inv = scripts::bucket_call(&PEEK, key, &rate, now, None);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }

@@ -63,20 +63,16 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     out.rule = rule.label.clone();
     out.reason = format!("{} ({}:{})", rule.path, rule.file.display(), rule.line);
     out.shadow_mode = rule.shadow_mode;
-    match rule.limit {
-        Limit::Unlimited => out.mode = "unlimited".into(),
-        Limit::Limited {
-            rate,
-            mode,
-            fallback,
-        } => {
-            out.requests_per_unit = rate.requests_per_unit;
-            out.unit = rate.unit.to_string();
-            out.burst = rate.burst;
-            out.mode = mode.as_str().into();
-            out.fallback = fallback.as_str().into();
-        }
-    }
+    let r = rule_of(rule);
+    out.requests_per_unit = r.requests_per_unit;
+    out.unit = r.unit;
+    out.burst = r.burst;
+    out.mode = if r.unlimited {
+        "unlimited".into()
+    } else {
+        r.mode
+    };
+    out.fallback = r.fallback;
     out
 }
 
