@@ -70,6 +70,14 @@ fn password(settings: &RedisSettings) -> Option<String> {
         .and_then(|v| std::env::var(v).ok())
 }
 
+/// Trust `ca` (PEM) for `rediss://` instead of the public web roots.
+fn tls_certificates(ca: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.to_vec()),
+    }
+}
+
 /// A standalone connection manager. It connects lazily and reconnects by itself, so sluice starts
 /// (degraded) even while Redis is down.
 pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
@@ -79,7 +87,10 @@ pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
         let redis = info.redis_settings().clone().set_password(p);
         info = info.set_redis_settings(redis);
     }
-    let client = redis::Client::open(info)?;
+    let client = match &settings.tls_ca_pem {
+        Some(ca) => redis::Client::build_with_tls(info, tls_certificates(ca))?,
+        None => redis::Client::open(info)?,
+    };
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout.0))
         .set_response_timeout(Some(settings.timeout.0))
@@ -98,6 +109,9 @@ pub async fn cluster(settings: &RedisSettings) -> Result<Conn, RedisError> {
         .retries(2);
     if let Some(p) = password(settings) {
         builder = builder.password(p);
+    }
+    if let Some(ca) = &settings.tls_ca_pem {
+        builder = builder.certs(tls_certificates(ca));
     }
     let client = builder.build()?;
     Ok(Conn::Cluster(client.get_async_connection().await?))

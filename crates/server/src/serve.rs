@@ -42,6 +42,8 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Live reload of the config, if wanted.
     pub reload: Option<(ReloadOptions, ReloadMetrics)>,
+    /// TLS (and mutual TLS) on the gRPC port.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Default for ServeOptions {
@@ -50,6 +52,7 @@ impl Default for ServeOptions {
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             reload: None,
+            tls: None,
         }
     }
 }
@@ -115,8 +118,11 @@ pub async fn serve(
     );
 
     let grpc_stop = stop_grpc.clone();
-    let router = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    if let Some(tls) = options.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let router = builder
         .add_service(health_service)
         .add_service(reflection.build_v1()?)
         .add_service(reflection_alpha.build_v1alpha()?)

@@ -73,6 +73,15 @@ pub struct Target {
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     pub output: Output,
+    /// CA certificate (PEM) to verify a TLS server with (`https://` addresses).
+    #[arg(long, env = "SLUICE_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS.
+    #[arg(long, env = "SLUICE_CERT_FILE", requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+    /// Client private key (PEM) for mutual TLS.
+    #[arg(long, env = "SLUICE_KEY_FILE", requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Output formats of client commands.

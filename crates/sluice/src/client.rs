@@ -16,14 +16,34 @@ use tonic::transport::Channel;
 use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
 
 async fn channel(target: &Target) -> anyhow::Result<Channel> {
-    let addr = if target.addr.contains("://") {
-        target.addr.clone()
-    } else {
-        format!("http://{}", target.addr)
+    let tls = target.addr.starts_with("https://")
+        || target.ca_file.is_some()
+        || target.cert_file.is_some();
+    let addr = match (target.addr.contains("://"), tls) {
+        (true, _) => target.addr.clone(),
+        (false, true) => format!("https://{}", target.addr),
+        (false, false) => format!("http://{}", target.addr),
     };
-    Channel::from_shared(addr.clone())
+    let mut endpoint = Channel::from_shared(addr.clone())
         .with_context(|| format!("bad address {addr}"))?
-        .connect_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3));
+    if tls {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &target.ca_file {
+            config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&target.cert_file, &target.key_file) {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
+        endpoint = endpoint.tls_config(config).context("TLS settings")?;
+    }
+    endpoint
         .connect()
         .await
         .with_context(|| format!("connecting to {addr}"))

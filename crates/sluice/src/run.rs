@@ -57,6 +57,11 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let server_metrics =
             ServerMetrics::register(&registry).context("registering server metrics")?;
         let rules_count = config.rules.rules().len();
+        let tls_mode = match &config.tls {
+            None => "off",
+            Some(t) if t.client_ca_pem.is_some() => "mutual",
+            Some(_) => "on",
+        };
         let reload = if args.reload_interval.is_zero() {
             None
         } else {
@@ -94,9 +99,19 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             version = %config.version,
             rules = rules_count,
             store = store_name,
+            tls = tls_mode,
             "sluice serving"
         );
+        let tls = config.tls.as_ref().map(|t| {
+            let identity = tonic::transport::Identity::from_pem(&t.cert_pem, &t.key_pem);
+            let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+            if let Some(ca) = &t.client_ca_pem {
+                tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            tls
+        });
         let options = ServeOptions {
+            tls,
             drain_delay: args.drain_delay,
             shutdown_grace: args.shutdown_grace,
             reload,

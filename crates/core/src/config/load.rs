@@ -34,6 +34,8 @@ pub struct Config {
     pub shadow_mode: bool,
     /// The `ResetQuota` bearer token, when resets are allowed.
     pub reset_token: Option<ResetToken>,
+    /// TLS material for the gRPC port, read at load time.
+    pub tls: Option<TlsMaterial>,
     /// Every file read, in order (config, includes, map files): what a reload watches.
     pub files: Vec<PathBuf>,
     /// A short hash of every file's path and content, identifying this configuration.
@@ -93,8 +95,14 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         }
     }
     validate_engine(&config_path, &file.engine)?;
-    if let Some(redis) = &file.redis {
+    if let Some(redis) = &mut file.redis {
         validate_redis(&config_path, redis)?;
+        if let Some(ca) = &redis.tls_ca_file {
+            let pem = std::fs::read(base.join(ca)).map_err(|e| {
+                ConfigError::at(&config_path, 0, format!("redis.tls_ca_file {ca}: {e}"))
+            })?;
+            redis.tls_ca_pem = Some(pem);
+        }
     }
     let rules = RuleSet::compile(&domains)?;
     let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
@@ -104,12 +112,18 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
         .transpose()?;
     let reset_token = reset_token(&config_path, base, &file.admin)?;
+    let tls = file
+        .tls
+        .as_ref()
+        .map(|t| tls_material(&config_path, base, t))
+        .transpose()?;
     let settings = Settings {
         engine: file.engine,
         response: file.response,
         redis: file.redis,
         shadow_mode: file.shadow_mode,
         reset_token,
+        tls,
     };
     Ok(reader.finish(rules, authz, settings))
 }
@@ -224,6 +238,54 @@ fn validate_redis(config: &Path, redis: &RedisSettings) -> Result<(), ConfigErro
     Ok(())
 }
 
+/// PEM contents for the gRPC port's TLS; the key is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsMaterial {
+    /// Server certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// Server private key.
+    pub key_pem: Vec<u8>,
+    /// CA bundle for client certificates (mutual TLS).
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("mutual", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the `tls:` files; each must exist and look like PEM.
+fn tls_material(
+    config: &Path,
+    base: &Path,
+    tls: &super::model::TlsConfig,
+) -> Result<TlsMaterial, ConfigError> {
+    let read = |name: &str, file: &str| -> Result<Vec<u8>, ConfigError> {
+        let bytes = std::fs::read(base.join(file))
+            .map_err(|e| ConfigError::at(config, 0, format!("tls.{name} {file}: {e}")))?;
+        if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(ConfigError::at(
+                config,
+                0,
+                format!("tls.{name} {file}: not a PEM file"),
+            ));
+        }
+        Ok(bytes)
+    };
+    Ok(TlsMaterial {
+        cert_pem: read("cert_file", &tls.cert_file)?,
+        key_pem: read("key_file", &tls.key_file)?,
+        client_ca_pem: tls
+            .client_ca_file
+            .as_deref()
+            .map(|f| read("client_ca_file", f))
+            .transpose()?,
+    })
+}
+
 /// A secret bearer token; never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResetToken(String);
@@ -283,6 +345,7 @@ struct Settings {
     redis: Option<RedisSettings>,
     shadow_mode: bool,
     reset_token: Option<ResetToken>,
+    tls: Option<TlsMaterial>,
 }
 
 fn load_maps(
@@ -374,6 +437,7 @@ impl Reader {
             redis: settings.redis,
             shadow_mode: settings.shadow_mode,
             reset_token: settings.reset_token,
+            tls: settings.tls,
             files: self.files,
             version: format!("{:016x}", self.hash),
         }

@@ -40,6 +40,20 @@ pub struct ConfigFile {
     /// Operator API settings.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// TLS on the gRPC port (mutual TLS with `client_ca_file`).
+    pub tls: Option<TlsConfig>,
+}
+
+/// `tls:`: certificates for the gRPC port (paths relative to the config file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server certificate chain (PEM).
+    pub cert_file: String,
+    /// The server's private key (PEM).
+    pub key_file: String,
+    /// CA certificates (PEM) that client certificates must chain to; set for mutual TLS.
+    pub client_ca_file: Option<String>,
 }
 
 /// `admin:`: what the operator API may do.
@@ -66,6 +80,12 @@ pub struct RedisSettings {
     pub cluster_nodes: Vec<String>,
     /// An environment variable holding the password (instead of putting it in the URL).
     pub password_env: Option<String>,
+    /// A CA bundle (PEM, relative to the config file) to verify `rediss://` servers with, instead
+    /// of the public web roots.
+    pub tls_ca_file: Option<String>,
+    /// The contents of `tls_ca_file`, read when the config is loaded.
+    #[serde(skip)]
+    pub tls_ca_pem: Option<Vec<u8>>,
     /// Longest wait for one script call; a decision never waits longer for Redis.
     #[serde(default = "default_redis_timeout")]
     pub timeout: HumanDuration,

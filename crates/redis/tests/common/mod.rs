@@ -6,7 +6,7 @@ pub mod engine;
 use std::time::Duration;
 
 use sluice_core::config::{HumanDuration, RedisSettings};
-pub use sluice_testkit::redis::{Cluster, Standalone};
+pub use sluice_testkit::redis::{Cluster, Standalone, image};
 
 /// Settings for `url` with test-friendly timings.
 pub fn standalone_settings(url: &str) -> RedisSettings {
@@ -14,6 +14,8 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
         url: Some(url.to_string()),
         cluster_nodes: Vec::new(),
         password_env: None,
+        tls_ca_file: None,
+        tls_ca_pem: None,
         timeout: HumanDuration(Duration::from_millis(50)),
         connect_timeout: HumanDuration(Duration::from_millis(500)),
         breaker_failures: 3,

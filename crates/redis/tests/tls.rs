@@ -1,0 +1,81 @@
+//! `rediss://`: a Redis that only speaks TLS, with certificates made in the test (rcgen).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use sluice_core::Unit;
+use sluice_core::bucket::Rate;
+use sluice_engine::GlobalStore;
+use sluice_redis::{RedisMetrics, RedisStore};
+use testcontainers::ImageExt;
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_over_rediss_with_a_private_ca() {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("ca");
+    let server_key = KeyPair::generate().expect("key");
+    let server = CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .signed_by(&server_key, &ca)
+        .expect("sign");
+
+    let port = sluice_testkit::redis::free_port();
+    let _redis = common::image()
+        .with_exposed_port(6379.tcp())
+        .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+        .with_mapped_port(port, 6379.tcp())
+        .with_copy_to("/tls/server.pem", server.pem().into_bytes())
+        .with_copy_to("/tls/server.key", server_key.serialize_pem().into_bytes())
+        .with_copy_to("/tls/ca.pem", ca.pem().into_bytes())
+        .with_cmd([
+            "redis-server",
+            "--port",
+            "0",
+            "--tls-port",
+            "6379",
+            "--tls-cert-file",
+            "/tls/server.pem",
+            "--tls-key-file",
+            "/tls/server.key",
+            "--tls-ca-cert-file",
+            "/tls/ca.pem",
+            "--tls-auth-clients",
+            "no",
+        ])
+        .start()
+        .await
+        .expect("start a TLS Redis");
+
+    let url = format!("rediss://localhost:{port}");
+    let mut settings = common::standalone_settings(&url);
+    settings.tls_ca_pem = Some(ca.pem().into_bytes());
+    let store = RedisStore::start(settings, RedisMetrics::unregistered()).expect("store");
+    let rate = Rate::per_unit(10, Unit::Second);
+    let grant = store
+        .lease("sluice:{tls}:k=v", rate, 4)
+        .await
+        .expect("lease over TLS");
+    assert_eq!(grant.granted, 4);
+
+    // Without the private CA, the server's certificate is not trusted: no lease, and the store
+    // degrades (rules fall back) instead of talking to an unverified server.
+    let untrusted = RedisStore::start(
+        common::standalone_settings(&url),
+        RedisMetrics::unregistered(),
+    )
+    .expect("store");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !untrusted.degraded() {
+        assert!(
+            untrusted.lease("sluice:{tls}:k=v", rate, 1).await.is_err(),
+            "an unverified server was used"
+        );
+        assert!(Instant::now() < deadline, "breaker did not open");
+    }
+}
