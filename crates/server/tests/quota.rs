@@ -1,0 +1,154 @@
+//! `sluice.v1.Quota` over a real gRPC connection: peeks consume nothing, lists page, watches stream.
+
+mod common;
+
+use common::{CONFIG, TestServer, request};
+use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::quota_client::QuotaClient;
+
+fn entry(k: &str, v: &str) -> pb::Entry {
+    pb::Entry {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_quota_peeks_without_consuming() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    rls.should_rate_limit(request("edge", &[&[("remote_address", "5.5.5.5")]]))
+        .await
+        .expect("rpc");
+    let mut quota = QuotaClient::new(server.channel().await);
+    let get = || pb::GetQuotaRequest {
+        domain: "edge".into(),
+        entries: vec![entry("remote_address", "5.5.5.5")],
+    };
+    for _ in 0..5 {
+        let s = quota.get_quota(get()).await.expect("rpc").into_inner();
+        assert!(s.matched && s.tracked);
+        assert_eq!(
+            (
+                s.rule.as_str(),
+                s.requests_per_unit,
+                s.unit.as_str(),
+                s.burst
+            ),
+            ("per_client", 3, "minute", 3)
+        );
+        assert!(
+            (s.global_remaining + s.local_lease as f64 - 2.0).abs() < 0.1,
+            "{s:?}"
+        );
+        assert!(s.reason.starts_with("remote_address ("), "{}", s.reason);
+    }
+    let unknown = quota
+        .get_quota(pb::GetQuotaRequest {
+            domain: "nope".into(),
+            entries: vec![entry("a", "b")],
+        })
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert!(unknown.unknown_domain && !unknown.matched);
+    let err = quota
+        .get_quota(pb::GetQuotaRequest {
+            domain: "edge".into(),
+            entries: vec![],
+        })
+        .await
+        .expect_err("no entries");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_quotas_filters_and_pages() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    for i in 0..25 {
+        let v = format!("10.0.0.{i}");
+        rls.should_rate_limit(request("edge", &[&[("remote_address", v.as_str())]]))
+            .await
+            .expect("rpc");
+    }
+    rls.should_rate_limit(request("edge", &[&[("user", "u1")]]))
+        .await
+        .expect("rpc");
+    let mut quota = QuotaClient::new(server.channel().await);
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = quota
+            .list_quotas(pb::ListQuotasRequest {
+                rule: "per_client".into(),
+                page_size: 10,
+                page_token: token.clone(),
+                ..pb::ListQuotasRequest::default()
+            })
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(page.total, 25);
+        seen.extend(page.keys.into_iter().map(|k| k.values));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen.len(), 25);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+    let prefixed = quota
+        .list_quotas(pb::ListQuotasRequest {
+            prefix: "remote_address=10.0.0.1".into(),
+            ..pb::ListQuotasRequest::default()
+        })
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(prefixed.total, 11, "10.0.0.1 and 10.0.0.10-19");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_quota_streams_snapshots_and_list_rules_shows_the_config() {
+    let server = TestServer::start(CONFIG).await;
+    let mut quota = QuotaClient::new(server.channel().await);
+    let mut stream = quota
+        .watch_quota(pb::WatchQuotaRequest {
+            domain: "edge".into(),
+            entries: vec![entry("user", "w")],
+            interval: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 100_000_000,
+            }),
+        })
+        .await
+        .expect("rpc")
+        .into_inner();
+    let first = stream.message().await.expect("stream").expect("a snapshot");
+    let mut rls = server.rls().await;
+    rls.should_rate_limit(request("edge", &[&[("user", "w")]]))
+        .await
+        .expect("rpc");
+    let mut later = stream.message().await.expect("stream").expect("a snapshot");
+    if !later.tracked {
+        later = stream.message().await.expect("stream").expect("a snapshot");
+    }
+    assert!(
+        first.matched && !first.tracked && later.tracked,
+        "{first:?} then {later:?}"
+    );
+    let rules = quota
+        .list_rules(pb::ListRulesRequest {})
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(rules.rules.len(), 3);
+    assert_eq!(rules.config_version.len(), 16);
+    assert!(
+        rules
+            .rules
+            .iter()
+            .any(|r| r.name == "shadowed" && r.shadow_mode)
+    );
+}
