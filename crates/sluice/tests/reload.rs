@@ -119,3 +119,36 @@ async fn a_configmap_symlink_swap_is_picked_up() {
     let took = wait_for_limit(&mut client, 9).await;
     assert!(took < Duration::from_secs(2), "reload took {took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_of_unchanged_rules_keep_their_state_across_a_reload() {
+    let two = |other: u32| {
+        format!(
+            "domain: edge\ndescriptors:\n  - key: kept\n    rate_limit: {{name: kept, unit: hour, requests_per_unit: 3}}\n  - key: demo\n    rate_limit: {{name: demo, unit: minute, requests_per_unit: {other}}}\n"
+        )
+    };
+    let sluice = common::start_with(&two(2), &["--reload-interval", "100ms"]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    let remaining =
+        |resp: sluice_proto::envoy::ratelimit::RateLimitResponse| resp.statuses[0].limit_remaining;
+    let first = client
+        .should_rate_limit(common::rls_request("edge", "kept", "x"))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(remaining(first), 2);
+    write_atomically(&sluice.config_path(), &two(8));
+    wait_for_limit(&mut client, 8).await;
+    let after = client
+        .should_rate_limit(common::rls_request("edge", "kept", "x"))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(
+        remaining(after),
+        1,
+        "the unchanged rule's bucket was kept, not refilled"
+    );
+}
