@@ -8,8 +8,8 @@ use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
 use sluice_proto::sluice::v1::quota_server::QuotaServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
@@ -129,8 +129,10 @@ pub async fn serve(
         .add_service(RateLimitServiceServer::new(Rls::new(Arc::clone(&state))))
         .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))))
         .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))));
-    let grpc_server = router
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), grpc_stop.cancelled_owned());
+    // TCP_NODELAY on every accepted connection: without it Nagle's algorithm and delayed ACKs
+    // add ~40 ms to small gRPC answers (measured: 1.8 k req/s instead of tens of thousands).
+    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let grpc_server = router.serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned());
     tokio::pin!(grpc_server);
 
     let result = tokio::select! {
