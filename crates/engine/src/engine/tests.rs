@@ -1,8 +1,8 @@
 use super::*;
 use crate::memory::MemoryStore;
 use crate::store::{LeaseGrant, StoreError, StoreFuture};
+use sluice_core::ManualClock;
 use sluice_core::config::load_config;
-use sluice_core::{Entry, ManualClock};
 
 const CONFIG: &str = r#"
 domains:
@@ -403,10 +403,4 @@ async fn fallbacks_apply_while_the_store_is_down() {
             .get()
             > 0
     );
-}
-
-#[test]
-fn entries_helper_is_used() {
-    // Entry is part of the public descriptor API the tests build on.
-    assert_eq!(Entry::new("a", "b").key, "a");
 }
