@@ -7,6 +7,7 @@
 //! - [`config`]: the YAML configuration model, loading (files, directories, includes) and validation.
 //! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
 //! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.
+//! - [`hash`]: FNV-1a 64, the one stable hash everything uses.
 //! - [`descriptor`]: descriptors and their entries, as requests carry them.
 
 pub mod authz;
@@ -14,6 +15,7 @@ pub mod bucket;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod hash;
 pub mod rules;
 pub mod unit;
 

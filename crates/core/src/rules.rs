@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use crate::Unit;
 use crate::bucket::Rate;
-use crate::config::load::{fnv1a, fnv1a_of};
 use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
 use crate::config::{ConfigError, Fallback, Mode};
 use crate::descriptor::Entry;
+use crate::hash::{fnv1a, fnv1a_of};
 
 /// Maps on the decision path hash with foldhash (fast, seeded per process).
 type HashMap<K, V> = StdHashMap<K, V, foldhash::fast::RandomState>;

@@ -356,16 +356,11 @@ fn effective(plan: &Plan, instances: u64) -> (Mode, Rate) {
 
 /// A stable identity for a caller-supplied limit override in `domain`.
 fn override_identity(domain: &str, rate: &Rate) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let text = format!(
         "override\u{0}{domain}\u{0}{}\u{0}{}",
         rate.requests_per_unit, rate.unit
     );
-    for b in text.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    sluice_core::hash::fnv1a_of(text.as_bytes())
 }
 
 #[cfg(test)]

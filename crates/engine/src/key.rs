@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use sluice_core::Entry;
+use sluice_core::hash::{FNV_OFFSET, fnv1a};
 
 /// An owned bucket key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -71,15 +72,12 @@ pub fn owned(bytes: &[u8]) -> BucketKey {
 /// the cluster while every script call touches one key. The values follow the tag verbatim
 /// (escaped), so distinct descriptors never share a global bucket even if their hashes collide.
 pub fn store_key(identity: u64, entries: &[Entry]) -> String {
-    let mut values_hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut values_hash = FNV_OFFSET;
     let mut tail = String::new();
     for e in entries {
         for part in [&e.key, &e.value] {
-            for b in part.as_bytes() {
-                values_hash ^= u64::from(*b);
-                values_hash = values_hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-            values_hash = (values_hash ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+            // Each part is followed by a 0xff byte (never in UTF-8), so boundaries count.
+            values_hash = fnv1a(fnv1a(values_hash, part.as_bytes()), &[0xff]);
         }
         if !tail.is_empty() {
             tail.push('|');

@@ -199,11 +199,7 @@ fn bounded(mut d: Descriptor) -> Descriptor {
 }
 
 fn long_value_key(value: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in value.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let h = sluice_core::hash::fnv1a_of(value.as_bytes());
     let prefix: String = value.chars().take(64).collect();
     format!("{prefix}~{h:016x}")
 }

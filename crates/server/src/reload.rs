@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use sluice_core::config::{Config, load_config};
+use sluice_core::hash::{FNV_OFFSET, fnv1a};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{AppState, Runtime};
@@ -137,13 +138,8 @@ pub async fn watch(
 
 /// A hash of the files' paths and contents (and of the directory listing, for a directory).
 fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    let mut h = FNV_OFFSET;
+    let mut eat = |bytes: &[u8]| h = fnv1a(h, bytes);
     if let Ok(entries) = std::fs::read_dir(path) {
         let mut names: Vec<_> = entries
             .filter_map(Result::ok)

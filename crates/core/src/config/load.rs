@@ -15,6 +15,7 @@ use serde_saphyr::Spanned;
 use super::model::{ConfigFile, DomainFile, MapConfig};
 use super::{ConfigError, EngineSettings, RedisSettings, ResponseSettings};
 use crate::authz::{AuthzPlan, ValueMap};
+use crate::hash::{FNV_OFFSET, fnv1a};
 use crate::rules::RuleSet;
 
 /// A loaded, validated configuration.
@@ -45,7 +46,7 @@ pub struct Config {
 /// Loads and validates the configuration at `path` (a sluice config file, a domain file, or a
 /// directory of either).
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    let mut reader = Reader::default();
+    let mut reader = Reader::new();
     let mut sluice_file: Option<(PathBuf, ConfigFile)> = None;
     let mut domains: Vec<(PathBuf, DomainFile)> = Vec::new();
 
@@ -386,7 +387,6 @@ enum AnyFile {
 }
 
 /// Reads files, remembering each one's path and content for the config version.
-#[derive(Default)]
 struct Reader {
     files: Vec<PathBuf>,
     /// FNV-1a 64 over every (path, content) read, in order.
@@ -394,12 +394,16 @@ struct Reader {
 }
 
 impl Reader {
+    fn new() -> Self {
+        Self {
+            files: Vec::new(),
+            hash: FNV_OFFSET,
+        }
+    }
+
     fn read(&mut self, path: &Path) -> Result<String, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
-        if self.files.is_empty() {
-            self.hash = FNV_OFFSET;
-        }
         self.hash = fnv1a(self.hash, path.to_string_lossy().as_bytes());
         self.hash = fnv1a(self.hash, text.as_bytes());
         self.files.push(path.to_path_buf());
@@ -470,20 +474,4 @@ pub(crate) fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result
             ),
         )),
     }
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// FNV-1a 64: a stable hash (unlike std's seeded hasher) for config versions and rule identities.
-pub(crate) fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// FNV-1a 64 of `bytes` from the standard offset.
-pub(crate) fn fnv1a_of(bytes: &[u8]) -> u64 {
-    fnv1a(FNV_OFFSET, bytes)
 }
