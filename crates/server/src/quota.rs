@@ -39,6 +39,12 @@ pub fn entries_of(domain: &str, entries: &[pb::Entry]) -> Result<Vec<Entry>, Sta
     Ok(entries)
 }
 
+/// Peeks at `entries` in `domain` and returns the API form: what every quota read answers.
+pub async fn peek(state: &AppState, domain: &str, entries: &[Entry]) -> pb::QuotaState {
+    let view = state.engine.quota(domain, entries).await;
+    to_state(&view, state.engine.store().name())
+}
+
 /// The API form of a quota view.
 pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     let mut out = pb::QuotaState {
@@ -93,11 +99,9 @@ impl Quota for QuotaService {
     ) -> Result<Response<pb::QuotaState>, Status> {
         let req = request.into_inner();
         let entries = entries_of(&req.domain, &req.entries)?;
-        let view = self.state.engine.quota(&req.domain, &entries).await;
-        Ok(Response::new(to_state(
-            &view,
-            self.state.engine.store().name(),
-        )))
+        Ok(Response::new(
+            peek(&self.state, &req.domain, &entries).await,
+        ))
     }
 
     async fn list_quotas(
@@ -169,9 +173,8 @@ impl Quota for QuotaService {
                 if state.is_draining() {
                     return;
                 }
-                let view = state.engine.quota(&req.domain, &entries).await;
                 if tx
-                    .send(Ok(to_state(&view, state.engine.store().name())))
+                    .send(Ok(peek(&state, &req.domain, &entries).await))
                     .await
                     .is_err()
                 {
@@ -214,11 +217,9 @@ impl Quota for QuotaService {
             // Fail closed: the reset did not happen, and the caller must know.
             Err(e) => return Err(Status::unavailable(format!("reset failed: {e}"))),
         }
-        let view = self.state.engine.quota(&req.domain, &entries).await;
-        Ok(Response::new(to_state(
-            &view,
-            self.state.engine.store().name(),
-        )))
+        Ok(Response::new(
+            peek(&self.state, &req.domain, &entries).await,
+        ))
     }
 
     async fn list_rules(
