@@ -4,35 +4,27 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use sluice_core::Unit;
 use sluice_core::bucket::Rate;
 use sluice_engine::GlobalStore;
 use sluice_redis::{RedisMetrics, RedisStore};
+use sluice_testkit::pki::Pki;
 use testcontainers::ImageExt;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_over_rediss_with_a_private_ca() {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("ca");
-    let server_key = KeyPair::generate().expect("key");
-    let server = CertificateParams::new(vec!["localhost".to_string()])
-        .expect("params")
-        .signed_by(&server_key, &ca)
-        .expect("sign");
+    let pki = Pki::new();
 
     let port = sluice_testkit::redis::free_port();
     let _redis = common::image()
         .with_exposed_port(6379.tcp())
         .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
         .with_mapped_port(port, 6379.tcp())
-        .with_copy_to("/tls/server.pem", server.pem().into_bytes())
-        .with_copy_to("/tls/server.key", server_key.serialize_pem().into_bytes())
-        .with_copy_to("/tls/ca.pem", ca.pem().into_bytes())
+        .with_copy_to("/tls/server.pem", pki.server_pem.clone().into_bytes())
+        .with_copy_to("/tls/server.key", pki.server_key.clone().into_bytes())
+        .with_copy_to("/tls/ca.pem", pki.ca_pem.clone().into_bytes())
         .with_cmd([
             "redis-server",
             "--port",
@@ -54,7 +46,7 @@ async fn leases_over_rediss_with_a_private_ca() {
 
     let url = format!("rediss://localhost:{port}");
     let mut settings = common::standalone_settings(&url);
-    settings.tls_ca_pem = Some(ca.pem().into_bytes());
+    settings.tls_ca_pem = Some(pki.ca_pem.clone().into_bytes());
     let store = RedisStore::start(settings, RedisMetrics::unregistered()).expect("store");
     let rate = Rate::per_unit(10, Unit::Second);
     let grant = store

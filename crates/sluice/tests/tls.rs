@@ -3,44 +3,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+
 use std::process::Command;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    /// A CA, a server certificate for localhost and a client certificate, as PEM files.
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca =
-            CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("ca");
-        let write =
-            |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).expect("write");
-        write("ca.pem", ca.pem());
-        for (name, sans) in [
-            ("server", vec!["localhost".to_string()]),
-            ("client", vec!["sluice-cli".to_string()]),
-        ] {
-            let key = KeyPair::generate().expect("key");
-            let cert = CertificateParams::new(sans)
-                .expect("params")
-                .signed_by(&key, &ca)
-                .expect("sign");
-            write(&format!("{name}.pem"), cert.pem());
-            write(&format!("{name}.key"), key.serialize_pem());
-        }
-        Self { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
+use sluice_testkit::pki::Pki;
 
 fn config(pki: &Pki, mutual: bool) -> String {
     let ca = if mutual {

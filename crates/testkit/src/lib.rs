@@ -2,7 +2,9 @@
 //!
 //! # Layout
 //! - [`redis`]: a standalone Redis and a 3-master Redis Cluster in containers (testcontainers).
+//! - [`pki`]: a throwaway CA with server and client certificates for TLS tests.
 //! - [`process`]: the `sluice` binary and a real Envoy as child processes, and an HTTP/1.1 client.
 
+pub mod pki;
 pub mod process;
 pub mod redis;
