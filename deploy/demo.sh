@@ -4,7 +4,8 @@
 # sidecars: client "alice" gets exactly 10 requests (ext_authz, 10/hour), /expensive exactly 5
 # (rate-limit filter, 5/hour), whichever sidecar Envoy asks. Exits non-zero if anything differs.
 #   deploy/demo.sh          run, then stop and remove the stack
-#   deploy/demo.sh --keep   leave it running (stop: docker compose -p sluice-demo -f deploy/compose.yaml down)
+#   deploy/demo.sh --keep   leave it running: Envoy on 127.0.0.1:10000, sluice admin on :9091 and :9092
+#   deploy/demo.sh --down   stop and remove it
 # Needs Docker with `docker compose` or docker-compose, and curl.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,7 +14,12 @@ export DEMO_PORT=$port DEMO_ADMIN_A=$admin_a DEMO_ADMIN_B=$admin_b
 if docker compose version >/dev/null 2>&1; then dc=(docker compose); else dc=(docker-compose); fi
 compose() { "${dc[@]}" -p sluice-demo -f compose.yaml "$@"; }
 fail() { echo "demo: FAILED: $*" >&2; compose logs --tail 30 >&2 || true; exit 1; }
-[ "${1:-}" = --keep ] || trap 'compose down -v -t 2 >/dev/null 2>&1 || true' EXIT
+case "${1:-}" in
+  --down) compose down -v -t 2; exit ;;
+  --keep) ;;
+  "") trap 'compose down -v -t 2 >/dev/null 2>&1 || true' EXIT ;;
+  *) echo "usage: deploy/demo.sh [--keep | --down]" >&2; exit 64 ;;
+esac
 
 compose down -v -t 2 >/dev/null 2>&1 || true   # a fresh Redis: the limits start full
 image=${SLUICE_IMAGE:-sluice:local}

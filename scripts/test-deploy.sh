@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The deployment checks: builds the container image and runs it; runs the compose demo (Envoy →
+# two sluice → Redis, checking the 429s) and checks the Grafana dashboard's metric names against a
+# live sidecar; validates every Kubernetes overlay. Needs Docker (with compose), and the tools
+# scripts/setup.sh installs. Called by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+image=${SLUICE_IMAGE:-sluice:local}
+
+echo "== image: docker build -f deploy/Dockerfile -t $image ."
+docker build -q -f deploy/Dockerfile -t "$image" . >/dev/null
+want="sluice $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+got=$(docker run --rm "$image" --version)
+[ "$got" = "$want" ] || { echo "image: --version printed '$got', want '$want'" >&2; exit 1; }
+user=$(docker image inspect -f '{{.Config.User}}' "$image")
+[ "$user" = 65532:65532 ] || { echo "image: runs as '$user', want 65532:65532 (non-root)" >&2; exit 1; }
+docker run --rm --read-only "$image" config check /etc/sluice/sluice.yaml
+echo "image: $got, user $user, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
+
+echo "== compose demo (deploy/demo.sh)"
+export DEMO_PORT=${DEMO_PORT:-19000} DEMO_ADMIN_A=${DEMO_ADMIN_A:-19091} DEMO_ADMIN_B=${DEMO_ADMIN_B:-19092}
+trap 'deploy/demo.sh --down >/dev/null 2>&1 || true' EXIT
+SLUICE_IMAGE=$image deploy/demo.sh --keep
+echo "== Grafana dashboard against the demo's sidecar"
+curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" > target/demo-metrics.txt
+python3 scripts/check-dashboard.py deploy/grafana/sluice.json docs/metrics.md target/demo-metrics.txt
+deploy/demo.sh --down
+
+echo "== Kubernetes manifests"
+cargo build -q --locked -p sluice
+.tools/k8s-venv/bin/python scripts/validate-k8s.py .tools/bin/kustomize target/debug/sluice .tools/bin/envoy
