@@ -21,6 +21,7 @@ use sluice_proto::envoy::types::{HttpStatus, StatusCode};
 use tonic::{Request, Response, Status};
 
 use crate::headers::{self, PolicyView};
+use crate::metrics::Api;
 use crate::state::AppState;
 use crate::validate::MAX_ENTRY_BYTES;
 
@@ -95,7 +96,7 @@ impl Authorization for Authz {
             &self.state.shadow_log,
             &plan.domain,
         );
-        self.state.metrics.record("authz", &decision);
+        self.state.metrics.record(Api::Authz, &decision);
         let policies = headers::policies(&decision);
         let header_values = rate_limit_headers(&policies, &runtime.response);
         let response = match decision.overall {
@@ -104,9 +105,7 @@ impl Authorization for Authz {
         };
         self.state
             .metrics
-            .latency
-            .with_label_values(&["authz"])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_latency(Api::Authz, started.elapsed().as_secs_f64());
         Ok(Response::new(response))
     }
 }

@@ -5,15 +5,17 @@
 //! `RateLimit-Policy: "per_ip";q=10;w=60` and `RateLimit: "per_ip";r=0;t=60`, where `q` is the
 //! quota per window `w` (seconds), `r` what remains and `t` the seconds until the quota is full.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use sluice_engine::{Code, Decision};
 
 /// One applied limit, as headers show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyView {
-    /// The rule's label, made a valid structured-field string.
-    pub name: String,
+pub struct PolicyView<'a> {
+    /// The rule's label, made a valid structured-field string (borrowed when it already is one).
+    pub name: Cow<'a, str>,
     /// Requests per window.
     pub quota: u64,
     /// Window length in seconds.
@@ -27,7 +29,7 @@ pub struct PolicyView {
 }
 
 /// The policies a decision applied (descriptors with no limit are left out).
-pub fn policies(decision: &Decision) -> Vec<PolicyView> {
+pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
     decision
         .outcomes
         .iter()
@@ -54,15 +56,15 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView> {
 
 /// `RateLimit-Policy` for `policies`.
 pub fn ratelimit_policy(policies: &[PolicyView]) -> String {
-    join(policies, |p| {
-        format!("\"{}\";q={};w={}", p.name, p.quota, p.window_secs)
+    join(policies, |out, p| {
+        write!(out, "\"{}\";q={};w={}", p.name, p.quota, p.window_secs)
     })
 }
 
 /// `RateLimit` for `policies`.
 pub fn ratelimit(policies: &[PolicyView]) -> String {
-    join(policies, |p| {
-        format!("\"{}\";r={};t={}", p.name, p.remaining, p.reset_secs)
+    join(policies, |out, p| {
+        write!(out, "\"{}\";r={};t={}", p.name, p.remaining, p.reset_secs)
     })
 }
 
@@ -72,7 +74,7 @@ pub fn retry_after(policies: &[PolicyView]) -> Option<u64> {
 }
 
 /// The policy with the least left: what the legacy `X-RateLimit-*` headers describe.
-pub fn tightest(policies: &[PolicyView]) -> Option<&PolicyView> {
+pub fn tightest<'p, 'a>(policies: &'p [PolicyView<'a>]) -> Option<&'p PolicyView<'a>> {
     policies
         .iter()
         .min_by_key(|p| (p.retry_after_secs.is_none(), p.remaining))
@@ -114,8 +116,20 @@ pub fn problem_body(policies: &[PolicyView]) -> String {
     .to_string()
 }
 
-fn join(policies: &[PolicyView], item: impl Fn(&PolicyView) -> String) -> String {
-    policies.iter().map(item).collect::<Vec<_>>().join(", ")
+/// The items, comma-separated, written into one string.
+fn join(
+    policies: &[PolicyView],
+    item: impl Fn(&mut String, &PolicyView) -> std::fmt::Result,
+) -> String {
+    let mut out = String::with_capacity(policies.len() * 32);
+    for (i, p) in policies.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        // Writing into a String cannot fail.
+        let _ = item(&mut out, p);
+    }
+    out
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -124,17 +138,20 @@ fn ceil_secs(d: Duration) -> u64 {
 
 /// Keeps printable ASCII other than `"` and `\` (a structured-field string may hold those only
 /// escaped; rule labels come from config, so dropping them is enough).
-fn sf_string_content(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii() && !c.is_ascii_control() && *c != '"' && *c != '\\')
-        .collect()
+fn sf_string_content(s: &str) -> Cow<'_, str> {
+    let allowed = |c: &char| c.is_ascii() && !c.is_ascii_control() && *c != '"' && *c != '\\';
+    if s.chars().all(|c| allowed(&c)) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(s.chars().filter(allowed).collect())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn view(name: &str, remaining: u64, retry: Option<u64>) -> PolicyView {
+    fn view(name: &str, remaining: u64, retry: Option<u64>) -> PolicyView<'_> {
         PolicyView {
             name: name.into(),
             quota: 10,
@@ -154,7 +171,7 @@ mod tests {
         );
         assert_eq!(ratelimit(&p), r#""per_ip";r=0;t=42, "per_user";r=7;t=42"#);
         assert_eq!(retry_after(&p), Some(6));
-        assert_eq!(tightest(&p).map(|v| v.name.as_str()), Some("per_ip"));
+        assert_eq!(tightest(&p).map(|v| v.name.as_ref()), Some("per_ip"));
     }
 
     #[test]

@@ -1,8 +1,53 @@
 //! Request and decision metrics. Labels are bounded by configuration: API names, rule labels,
 //! fixed outcome words; never descriptor values or request domains.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
-use sluice_engine::{Code, Decision};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwapOption;
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
+use sluice_core::rules::RuleSet;
+use sluice_engine::{Code, Decision, DescriptorOutcome};
+
+/// The two Envoy APIs sluice answers (the `api` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `RateLimitService/ShouldRateLimit`.
+    Rls,
+    /// `Authorization/Check`.
+    Authz,
+}
+
+impl Api {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Rls => "rls",
+            Self::Authz => "authz",
+        }
+    }
+}
+
+/// One API's hot-path series, resolved once: `with_label_values` hashes its labels and takes a
+/// lock on every call, which showed in profiles of the request path.
+#[derive(Debug, Clone)]
+struct ApiSeries {
+    ok: IntCounter,
+    over_limit: IntCounter,
+    unknown_domain: IntCounter,
+    latency: Histogram,
+}
+
+/// `sluice_decisions_total` per rule of one rule set, indexed by rule id then by outcome (ok,
+/// over_limit, shadow_over_limit, fallback); each made on first use, so only seen outcomes show.
+#[derive(Debug)]
+struct RuleSeries {
+    rules: Arc<RuleSet>,
+    counters: Vec<[OnceLock<IntCounter>; 4]>,
+}
+
+const OUTCOMES: [&str; 4] = ["ok", "over_limit", "shadow_over_limit", "fallback"];
 
 /// Server-side series.
 #[derive(Debug, Clone)]
@@ -13,17 +58,20 @@ pub struct ServerMetrics {
     pub latency: HistogramVec,
     /// `sluice_decisions_total{domain, rule, outcome}`: per-descriptor decisions of configured rules.
     pub decisions: IntCounterVec,
+    rls: ApiSeries,
+    authz: ApiSeries,
+    /// Resolved decision counters for the rule set in force (replaced after a reload).
+    rule_series: Arc<ArcSwapOption<RuleSeries>>,
 }
 
 impl ServerMetrics {
     /// Creates and registers the series.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let m = Self {
-            requests: IntCounterVec::new(
+        let requests = IntCounterVec::new(
                 Opts::new("sluice_requests_total", "Requests by API and result"),
                 &["api", "code"],
-            )?,
-            latency: HistogramVec::new(
+            )?;
+        let latency = HistogramVec::new(
                 HistogramOpts::new(
                     "sluice_request_duration_seconds",
                     "Time spent deciding a request",
@@ -33,14 +81,27 @@ impl ServerMetrics {
                     0.005, 0.01, 0.025,
                 ]),
                 &["api"],
-            )?,
-            decisions: IntCounterVec::new(
+            )?;
+        let decisions = IntCounterVec::new(
                 Opts::new(
                     "sluice_decisions_total",
                     "Descriptor decisions by domain, rule and outcome",
                 ),
                 &["domain", "rule", "outcome"],
-            )?,
+            )?;
+        let api = |api: Api| ApiSeries {
+            ok: requests.with_label_values(&[api.label(), "ok"]),
+            over_limit: requests.with_label_values(&[api.label(), "over_limit"]),
+            unknown_domain: requests.with_label_values(&[api.label(), "unknown_domain"]),
+            latency: latency.with_label_values(&[api.label()]),
+        };
+        let m = Self {
+            rls: api(Api::Rls),
+            authz: api(Api::Authz),
+            requests,
+            latency,
+            decisions,
+            rule_series: Arc::default(),
         };
         registry.register(Box::new(m.requests.clone()))?;
         registry.register(Box::new(m.latency.clone()))?;
@@ -49,36 +110,77 @@ impl ServerMetrics {
     }
 
     /// Counts a decision: the request, and each descriptor a rule applied to.
-    pub fn record(&self, api: &str, decision: &Decision) {
-        let code = if decision.unknown_domain {
-            "unknown_domain"
+    pub fn record(&self, api: Api, decision: &Decision) {
+        let series = self.api(api);
+        if decision.unknown_domain {
+            series.unknown_domain.inc();
         } else if decision.overall == Code::Ok {
-            "ok"
+            series.ok.inc();
         } else {
-            "over_limit"
-        };
-        self.requests.with_label_values(&[api, code]).inc();
+            series.over_limit.inc();
+        }
+        if decision.outcomes.iter().all(|o| o.limit.is_none()) {
+            return;
+        }
+        let rules = self.rule_series(&decision.rules);
         for o in &decision.outcomes {
             let Some(limit) = o.limit else { continue };
-            let outcome = if o.fallback {
-                "fallback"
-            } else if o.shadow_over_limit {
-                "shadow_over_limit"
-            } else if o.code == Code::OverLimit {
-                "over_limit"
-            } else {
-                "ok"
-            };
-            match limit.rule.and_then(|id| decision.rules.rule(id)) {
-                Some(rule) => self
-                    .decisions
-                    .with_label_values(&[rule.domain.as_str(), rule.label.as_str(), outcome])
+            let outcome = outcome_index(o);
+            let rule = limit.rule.map(|id| (id, rules.rules.rule(id)));
+            match rule {
+                Some((id, Some(rule))) => rules.counters[id as usize][outcome]
+                    .get_or_init(|| {
+                        self.decisions.with_label_values(&[
+                            rule.domain.as_str(),
+                            rule.label.as_str(),
+                            OUTCOMES[outcome],
+                        ])
+                    })
                     .inc(),
-                None => self
+                _ => self
                     .decisions
-                    .with_label_values(&["", "override", outcome])
+                    .with_label_values(&["", "override", OUTCOMES[outcome]])
                     .inc(),
             }
         }
+    }
+
+    /// Observes how long a request took to decide.
+    pub fn observe_latency(&self, api: Api, seconds: f64) {
+        self.api(api).latency.observe(seconds);
+    }
+
+    fn api(&self, api: Api) -> &ApiSeries {
+        match api {
+            Api::Rls => &self.rls,
+            Api::Authz => &self.authz,
+        }
+    }
+
+    /// The decision counters for `rules`, made afresh when the rule set changed.
+    fn rule_series(&self, rules: &Arc<RuleSet>) -> Arc<RuleSeries> {
+        if let Some(current) = self.rule_series.load_full()
+            && Arc::ptr_eq(&current.rules, rules)
+        {
+            return current;
+        }
+        let fresh = Arc::new(RuleSeries {
+            rules: Arc::clone(rules),
+            counters: (0..rules.rules().len()).map(|_| Default::default()).collect(),
+        });
+        self.rule_series.store(Some(Arc::clone(&fresh)));
+        fresh
+    }
+}
+
+fn outcome_index(o: &DescriptorOutcome) -> usize {
+    if o.fallback {
+        3
+    } else if o.shadow_over_limit {
+        2
+    } else if o.code == Code::OverLimit {
+        1
+    } else {
+        0
     }
 }

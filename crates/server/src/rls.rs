@@ -10,6 +10,7 @@ use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitService;
 use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use crate::metrics::Api;
 use crate::state::AppState;
 use crate::validate;
 
@@ -58,13 +59,11 @@ impl RateLimitService for Rls {
             .await;
         let shadow = self.state.runtime.load().shadow_mode;
         crate::shadow::apply(&mut decision, shadow, &self.state.shadow_log, &req.domain);
-        self.state.metrics.record("rls", &decision);
+        self.state.metrics.record(Api::Rls, &decision);
         let response = to_response(&decision);
         self.state
             .metrics
-            .latency
-            .with_label_values(&["rls"])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_latency(Api::Rls, started.elapsed().as_secs_f64());
         Ok(Response::new(response))
     }
 }

@@ -217,3 +217,35 @@ async fn the_global_shadow_switch_answers_ok_and_counts_would_deny() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decision_counters_follow_a_reload_to_the_new_rule_names() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let req = request("edge", &[&[("remote_address", "10.0.0.9")]]);
+    rls.should_rate_limit(req.clone()).await.expect("rpc");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("renamed.yaml");
+    std::fs::write(
+        &path,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: renamed, unit: minute, requests_per_unit: 1}\n",
+    )
+    .expect("write");
+    let config = sluice_core::load_config(&path).expect("valid config");
+    server.state.engine.swap_rules(config.rules);
+    for _ in 0..2 {
+        rls.should_rate_limit(req.clone()).await.expect("rpc");
+    }
+
+    let (_, metrics) = server.admin_get("/metrics").await;
+    for line in [
+        r#"sluice_decisions_total{domain="edge",outcome="ok",rule="per_client"} 1"#,
+        r#"sluice_decisions_total{domain="edge",outcome="ok",rule="renamed"} 1"#,
+        r#"sluice_decisions_total{domain="edge",outcome="over_limit",rule="renamed"} 1"#,
+        r#"sluice_requests_total{api="rls",code="ok"} 2"#,
+        r#"sluice_requests_total{api="rls",code="over_limit"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+}
