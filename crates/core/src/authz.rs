@@ -105,7 +105,7 @@ impl AuthzPlan {
                 }
                 entries.push(PlanEntry {
                     key: e.key.value.clone(),
-                    source: e.from.clone(),
+                    source: lowercase_header_names(e.from.clone()),
                     map,
                 });
             }
@@ -159,10 +159,11 @@ impl AuthzPlan {
             Source::Path => Some(req.path().split('?').next().unwrap_or("")),
             Source::Method => Some(req.method()),
             Source::Host => Some(req.host()),
-            Source::Header(name) => req.header(&name.to_ascii_lowercase()),
+            // Header names were lowercased when the plan was built.
+            Source::Header(name) => req.header(name),
             Source::ContextExtension(name) => req.context_extension(name),
             Source::ApiKey(spec) => req
-                .header(&spec.header.to_ascii_lowercase())
+                .header(&spec.header)
                 .or_else(|| {
                     req.header("authorization").and_then(|a| {
                         a.strip_prefix("Bearer ")
@@ -204,6 +205,18 @@ fn query_param<'a>(path: &'a str, name: &str) -> Option<&'a str> {
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
+}
+
+/// Header lookups are by lowercase name (`RequestView::header`): lowercase once, at load.
+fn lowercase_header_names(source: Source) -> Source {
+    match source {
+        Source::Header(name) => Source::Header(name.to_ascii_lowercase()),
+        Source::ApiKey(mut spec) => {
+            spec.header.make_ascii_lowercase();
+            Source::ApiKey(spec)
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
