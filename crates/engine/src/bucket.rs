@@ -1,7 +1,7 @@
 //! One key's local state: a lease of global tokens (strict, exact) or a whole bucket (local).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use sluice_core::bucket::{BucketState, Rate};
 use sluice_core::config::{Fallback, Mode};
@@ -18,15 +18,10 @@ pub struct LeaseBucket {
     pub mode: Mode,
     /// What to do while the global store is down.
     pub fallback: Fallback,
-    /// The global store's key (built once, when the bucket is created).
-    pub store_key: String,
     /// The identity of the rule (its fingerprint) or override the key belongs to.
     pub identity: u64,
     /// Last decision time, read by eviction without taking the lock.
     last_used: AtomicU64,
-    /// Held while a store call for this key is in flight (single flight); async because the
-    /// holder awaits the store. `Arc` so a background refill can own it.
-    pub refill: Arc<tokio::sync::Mutex<()>>,
     state: Mutex<LeaseState>,
 }
 
@@ -55,22 +50,13 @@ pub struct LeaseState {
 
 impl LeaseBucket {
     /// A new key's bucket: empty lease, full local bucket.
-    pub fn new(
-        rate: Rate,
-        mode: Mode,
-        fallback: Fallback,
-        store_key: String,
-        identity: u64,
-        now: u64,
-    ) -> Self {
+    pub fn new(rate: Rate, mode: Mode, fallback: Fallback, identity: u64, now: u64) -> Self {
         Self {
             rate,
             mode,
             fallback,
-            store_key,
             identity,
             last_used: AtomicU64::new(now),
-            refill: Arc::new(tokio::sync::Mutex::new(())),
             state: Mutex::new(LeaseState {
                 local: BucketState::full(&rate, now),
                 lease: 0,

@@ -73,11 +73,7 @@ impl Engine {
         Self {
             clock,
             rules: ArcSwap::from_pointee(rules),
-            leaser: Arc::new(Leaser {
-                store,
-                metrics: metrics.clone(),
-                settings: settings.clone(),
-            }),
+            leaser: Arc::new(Leaser::new(store, metrics.clone(), settings.clone())),
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             settings,
             metrics,
@@ -124,8 +120,8 @@ impl Engine {
             };
         }
         let mut plans = self.plan(&rules, req, now);
-        self.leaser.ensure(&mut plans, now).await;
-        let overall = self.charge(&plans, &mut outcomes, now);
+        self.leaser.ensure(&mut plans, req.descriptors, now).await;
+        let overall = self.charge(&plans, req.descriptors, &mut outcomes, now);
         Decision {
             overall,
             outcomes,
@@ -220,7 +216,6 @@ impl Engine {
         }
         self.make_room(now);
         let owned = key::with_encoded(identity, &d.entries, key::owned);
-        let store_key = key::store_key(identity, &d.entries);
         let bucket = self
             .buckets
             .entry(owned)
@@ -229,7 +224,6 @@ impl Engine {
                     info.rate,
                     info.mode,
                     info.fallback,
-                    store_key,
                     identity,
                     now,
                 ))
@@ -241,7 +235,13 @@ impl Engine {
     }
 
     /// Charges every bucket or none, and fills the outcomes.
-    fn charge(&self, plans: &[Plan], outcomes: &mut [DescriptorOutcome], now: u64) -> Code {
+    fn charge(
+        &self,
+        plans: &[Plan],
+        descriptors: &[Descriptor],
+        outcomes: &mut [DescriptorOutcome],
+        now: u64,
+    ) -> Code {
         // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
         let mut order: SmallVec<[usize; 4]> = (0..plans.len()).collect();
         order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
@@ -269,7 +269,7 @@ impl Engine {
             }
         }
         // Pass 2: charge (all or nothing) and report.
-        let mut prefetch: SmallVec<[Arc<LeaseBucket>; 2]> = SmallVec::new();
+        let mut prefetch: SmallVec<[(Arc<LeaseBucket>, usize); 2]> = SmallVec::new();
         for (i, state) in &mut guards {
             let plan = &plans[*i];
             let needed = sum_hits(plans, *i);
@@ -283,7 +283,7 @@ impl Engine {
             if allowed && pays && forced.is_none() && needed > 0 {
                 state.spend(mode, &rate, now, needed);
                 if mode == Mode::Strict && state.lease_is_low() && now >= state.retry_at {
-                    prefetch.push(Arc::clone(&plan.bucket));
+                    prefetch.push((Arc::clone(&plan.bucket), plan.index));
                 }
             }
             let remaining = state.remaining(mode, &rate, now).max(0.0);
@@ -318,8 +318,9 @@ impl Engine {
             }
         }
         drop(guards);
-        for bucket in prefetch {
-            self.leaser.prefetch(bucket, now);
+        for (bucket, index) in prefetch {
+            let store_key = key::store_key(bucket.identity, &descriptors[index].entries);
+            self.leaser.prefetch(bucket, store_key, now);
         }
         // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
         if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {

@@ -72,19 +72,43 @@ pub fn owned(bytes: &[u8]) -> BucketKey {
 /// the cluster while every script call touches one key. The values follow the tag verbatim
 /// (escaped), so distinct descriptors never share a global bucket even if their hashes collide.
 pub fn store_key(identity: u64, entries: &[Entry]) -> String {
+    store_key_from(
+        identity,
+        entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+    )
+}
+
+/// The global store's key for an encoded bucket key (the same as [`store_key`] of the identity
+/// and entries it was encoded from). Buckets do not keep their store key: it is made again for
+/// the rare store call, which saves its allocation on every tracked key.
+pub fn store_key_of(key: &BucketKey) -> String {
+    let bytes = key.as_bytes();
+    let identity = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
+    let mut rest = &bytes[8..];
+    let mut next = move || {
+        let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        let part = std::str::from_utf8(rest.get(4..4 + len)?).ok()?;
+        rest = &rest[4 + len..];
+        Some(part)
+    };
+    let pairs = std::iter::from_fn(move || Some((next()?, next()?)));
+    store_key_from(identity, pairs)
+}
+
+fn store_key_from<'a>(identity: u64, entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     let mut values_hash = FNV_OFFSET;
     let mut tail = String::new();
-    for e in entries {
-        for part in [&e.key, &e.value] {
+    for (key, value) in entries {
+        for part in [key, value] {
             // Each part is followed by a 0xff byte (never in UTF-8), so boundaries count.
             values_hash = fnv1a(fnv1a(values_hash, part.as_bytes()), &[0xff]);
         }
         if !tail.is_empty() {
             tail.push('|');
         }
-        escape_into(&mut tail, &e.key);
+        escape_into(&mut tail, key);
         tail.push('=');
-        escape_into(&mut tail, &e.value);
+        escape_into(&mut tail, value);
     }
     format!("sluice:{{{identity:016x}:{values_hash:016x}}}:{tail}")
 }
@@ -137,6 +161,19 @@ mod tests {
             store_key(1, &entries(&[("a", "b|c=d")])),
             store_key(1, &entries(&[("a", "b"), ("c", "d")]))
         );
+    }
+
+    #[test]
+    fn store_keys_are_made_again_from_encoded_keys() {
+        for pairs in [
+            &[][..],
+            &[("remote_address", "10.0.0.1")][..],
+            &[("a", "b|c=d"), ("", "\u{e9}\n"), ("k", "")][..],
+        ] {
+            let e = entries(pairs);
+            let encoded = with_encoded(0xfeed, &e, owned);
+            assert_eq!(store_key_of(&encoded), store_key(0xfeed, &e));
+        }
     }
 
     #[test]

@@ -4,24 +4,56 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::Descriptor;
 use sluice_core::config::Mode;
 
 use crate::bucket::LeaseBucket;
 use crate::engine::{EngineSettings, Plan};
+use crate::key;
 use crate::metrics::EngineMetrics;
 use crate::store::{GlobalStore, StoreError};
+
+/// How many single-flight locks the keys share (a power of two).
+const FLIGHTS: usize = 4096;
 
 /// The engine's side of the global store.
 pub(crate) struct Leaser {
     pub(crate) store: Arc<dyn GlobalStore>,
     pub(crate) metrics: EngineMetrics,
     pub(crate) settings: EngineSettings,
+    /// Single flight: a store call for a key holds its key's lock, so concurrent requests on an
+    /// empty lease wait for that call instead of each calling the store. Keys share a fixed set
+    /// of locks (by bucket address) instead of owning one each: a lock per key cost ~70 bytes of
+    /// every tracked key. Two keys on one lock only queue their store calls (≤ the store
+    /// timeout); each still checks its own lease after the wait.
+    flights: Box<[Arc<tokio::sync::Mutex<()>>]>,
 }
 
 impl Leaser {
+    /// A leaser over `store`.
+    pub(crate) fn new(
+        store: Arc<dyn GlobalStore>,
+        metrics: EngineMetrics,
+        settings: EngineSettings,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            settings,
+            flights: (0..FLIGHTS).map(|_| Arc::default()).collect(),
+        }
+    }
+
+    /// The single-flight lock of `bucket`.
+    fn flight(&self, bucket: &Arc<LeaseBucket>) -> &Arc<tokio::sync::Mutex<()>> {
+        // Fibonacci hashing of the allocation address: stable for the bucket's life.
+        let h = (Arc::as_ptr(bucket) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.flights[(h >> (64 - FLIGHTS.trailing_zeros())) as usize]
+    }
+
     /// Asks the store for tokens where a lease cannot cover this request's hits (strict, exact),
     /// and reads the global bucket for peeks on keys never read. Marks plans whose store failed.
-    pub(crate) async fn ensure(&self, plans: &mut [Plan], now: u64) {
+    pub(crate) async fn ensure(&self, plans: &mut [Plan], descriptors: &[Descriptor], now: u64) {
         for i in 0..plans.len() {
             if plans[i].info.mode == Mode::Local
                 || plans[..i]
@@ -42,19 +74,20 @@ impl Leaser {
             }
             // Single flight: one store call per key at a time; the others wait for its result
             // (bounded by the store's timeout) and then spend from the lease it brought.
-            let _flight = bucket.refill.lock().await;
+            let _flight = self.flight(&bucket).lock().await;
             if self.covered(&bucket, plans[i].info.mode, needed, now) {
                 continue;
             }
+            let store_key = key::store_key(bucket.identity, &descriptors[plans[i].index].entries);
             let down = if needed == 0 {
-                self.peek(&bucket).await
+                self.peek(&bucket, &store_key).await
             } else {
                 let (missing, demand) = {
                     let state = bucket.lock();
                     (needed.saturating_sub(state.lease), state.demand_per_sec)
                 };
                 let want = self.lease_size(plans[i].info.mode, bucket.rate.burst, missing, demand);
-                self.lease(&bucket, want, needed, now).await
+                self.lease(&bucket, &store_key, want, needed, now).await
             };
             if down {
                 for p in plans.iter_mut().filter(|p| Arc::ptr_eq(&p.bucket, &bucket)) {
@@ -88,9 +121,16 @@ impl Leaser {
     }
 
     /// Leases `want` tokens for `bucket`; returns whether the store was unavailable.
-    async fn lease(&self, bucket: &LeaseBucket, want: u64, needed: u64, now: u64) -> bool {
+    async fn lease(
+        &self,
+        bucket: &LeaseBucket,
+        store_key: &str,
+        want: u64,
+        needed: u64,
+        now: u64,
+    ) -> bool {
         let started = Instant::now();
-        let result = self.store.lease(&bucket.store_key, bucket.rate, want).await;
+        let result = self.store.lease(store_key, bucket.rate, want).await;
         self.observe("lease", started, &result);
         match result {
             Ok(grant) => {
@@ -132,9 +172,9 @@ impl Leaser {
     }
 
     /// Reads the global bucket for a peek; returns whether the store was unavailable.
-    async fn peek(&self, bucket: &LeaseBucket) -> bool {
+    async fn peek(&self, bucket: &LeaseBucket, store_key: &str) -> bool {
         let started = Instant::now();
-        let result = self.store.peek(&bucket.store_key, bucket.rate).await;
+        let result = self.store.peek(store_key, bucket.rate).await;
         self.observe("peek", started, &result);
         match result {
             Ok(tokens) => {
@@ -149,14 +189,19 @@ impl Leaser {
 
     /// Refills a busy key's lease in the background before it runs dry (skipped if a call for
     /// this key is already in flight, the store is degraded, or there is no runtime).
-    pub(crate) fn prefetch(self: &Arc<Self>, bucket: Arc<LeaseBucket>, now: u64) {
+    pub(crate) fn prefetch(
+        self: &Arc<Self>,
+        bucket: Arc<LeaseBucket>,
+        store_key: String,
+        now: u64,
+    ) {
         if self.store.degraded() {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Ok(flight) = Arc::clone(&bucket.refill).try_lock_owned() else {
+        let Ok(flight) = Arc::clone(self.flight(&bucket)).try_lock_owned() else {
             return;
         };
         let leaser = Arc::clone(self);
@@ -169,7 +214,7 @@ impl Leaser {
                 (want, state.lease_is_low())
             };
             if low {
-                leaser.lease(&bucket, want, 0, now).await;
+                leaser.lease(&bucket, &store_key, want, 0, now).await;
             }
         });
     }

@@ -9,6 +9,7 @@ use sluice_core::config::Mode;
 
 use crate::bucket::{LeaseBucket, LeaseState};
 use crate::engine::Engine;
+use crate::key::{self, BucketKey};
 use crate::lease::Leaser;
 
 impl Leaser {
@@ -42,9 +43,9 @@ pub(crate) struct Return {
 
 impl Return {
     /// Takes the bucket's whole lease (the caller holds its lock), if it holds any.
-    fn take(bucket: &LeaseBucket, state: &mut LeaseState) -> Option<Self> {
+    fn take(key: &BucketKey, bucket: &LeaseBucket, state: &mut LeaseState) -> Option<Self> {
         (state.lease > 0).then(|| Return {
-            store_key: bucket.store_key.clone(),
+            store_key: key::store_key_of(key),
             rate: bucket.rate,
             tokens: std::mem::take(&mut state.lease),
         })
@@ -78,12 +79,12 @@ impl Engine {
         let ttl = self.settings.lease_ttl.as_micros() as u64;
         let mut returns = Vec::new();
         let mut evicted = 0u64;
-        self.buckets.retain(|_, bucket| {
+        self.buckets.retain(|key, bucket| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             if bucket.mode != Mode::Local {
                 let mut state = bucket.lock();
                 if (is_idle || now.saturating_sub(state.leased_at) > ttl)
-                    && let Some(r) = Return::take(bucket, &mut state)
+                    && let Some(r) = Return::take(key, bucket, &mut state)
                 {
                     returns.push(r);
                     // The global reading is stale once tokens went back; read it again on use.
@@ -107,7 +108,7 @@ impl Engine {
         let mut returns = Vec::new();
         for entry in self.buckets.iter() {
             let bucket = entry.value();
-            returns.extend(Return::take(bucket, &mut bucket.lock()));
+            returns.extend(Return::take(entry.key(), bucket, &mut bucket.lock()));
         }
         self.leaser.return_tokens(returns).await;
     }
@@ -130,10 +131,10 @@ impl Engine {
         let (_, cutoff, _) = used.select_nth_unstable(evict - 1);
         let cutoff = *cutoff;
         let mut returns = Vec::new();
-        self.buckets.retain(|_, bucket| {
+        self.buckets.retain(|key, bucket| {
             let keep = bucket.last_used() > cutoff;
             if !keep && bucket.mode != Mode::Local {
-                returns.extend(Return::take(bucket, &mut bucket.lock()));
+                returns.extend(Return::take(key, bucket, &mut bucket.lock()));
             }
             keep
         });

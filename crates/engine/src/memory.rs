@@ -3,6 +3,7 @@
 //! It is what sluice runs on with no Redis configured, and it keeps the lease path exercised:
 //! the engine leases from it exactly as it leases from Redis.
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -15,9 +16,17 @@ use crate::store::{GlobalStore, LeaseGrant, StoreFuture};
 #[derive(Debug)]
 pub struct MemoryStore<C: Clock> {
     clock: C,
-    /// Each bucket with the rate it was last used with, so idle full buckets can be dropped.
-    buckets: DashMap<String, (Rate, BucketState), foldhash::fast::RandomState>,
+    /// Each bucket with the rate it was last used with, so idle full buckets can be dropped;
+    /// by [`KeyId`], not by the key string, which would cost ~70 bytes more per key.
+    buckets: DashMap<KeyId, (Rate, BucketState), foldhash::fast::RandomState>,
+    /// Two independently, randomly keyed SipHash functions: together a 128-bit key id.
+    ids: (RandomState, RandomState),
 }
+
+/// A store key's 128-bit keyed hash. Keys come from request data, so they are hashed with
+/// secret random keys (SipHash, as std's HashMap does against HashDoS): a client cannot make
+/// two keys share a bucket on purpose, and by chance it takes ~2^64 keys.
+type KeyId = u128;
 
 impl<C: Clock> MemoryStore<C> {
     /// An empty store.
@@ -25,6 +34,7 @@ impl<C: Clock> MemoryStore<C> {
         Arc::new(Self {
             clock,
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            ids: (RandomState::new(), RandomState::new()),
         })
     }
 
@@ -48,6 +58,10 @@ impl<C: Clock> MemoryStore<C> {
         self.buckets.is_empty()
     }
 
+    fn id(&self, key: &str) -> KeyId {
+        (u128::from(self.ids.0.hash_one(key)) << 64) | u128::from(self.ids.1.hash_one(key))
+    }
+
     fn with_bucket<T>(
         &self,
         key: &str,
@@ -57,7 +71,7 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now_micros();
         let mut entry = self
             .buckets
-            .entry(key.to_string())
+            .entry(self.id(key))
             .or_insert_with(|| (*rate, BucketState::full(rate, now)));
         let (stored_rate, state) = entry.value_mut();
         *stored_rate = *rate;
@@ -84,7 +98,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
 
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         let now = self.clock.now_micros();
-        let tokens = match self.buckets.get(key) {
+        let tokens = match self.buckets.get(&self.id(key)) {
             Some(b) => {
                 let mut s = b.1;
                 s.refill(&rate, now);
@@ -96,7 +110,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     }
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.buckets.remove(key);
+        self.buckets.remove(&self.id(key));
         Box::pin(async { Ok(()) })
     }
 

@@ -154,7 +154,8 @@ impl Engine {
                 let b = entry.value();
                 let owner = rules.rules().iter().find(|r| r.fingerprint == b.identity);
                 let (d, r) = owner.map_or(("", ""), |r| (r.domain.as_str(), r.label.as_str()));
-                let values = key::values_of(&b.store_key);
+                let store_key = key::store_key_of(entry.key());
+                let values = key::values_of(&store_key);
                 let keep = (domain.is_empty() || d == domain)
                     && (rule.is_empty() || r == rule)
                     && values.starts_with(prefix);

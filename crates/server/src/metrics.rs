@@ -68,27 +68,27 @@ impl ServerMetrics {
     /// Creates and registers the series.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let requests = IntCounterVec::new(
-                Opts::new("sluice_requests_total", "Requests by API and result"),
-                &["api", "code"],
-            )?;
+            Opts::new("sluice_requests_total", "Requests by API and result"),
+            &["api", "code"],
+        )?;
         let latency = HistogramVec::new(
-                HistogramOpts::new(
-                    "sluice_request_duration_seconds",
-                    "Time spent deciding a request",
-                )
-                .buckets(vec![
-                    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5,
-                    0.005, 0.01, 0.025,
-                ]),
-                &["api"],
-            )?;
+            HistogramOpts::new(
+                "sluice_request_duration_seconds",
+                "Time spent deciding a request",
+            )
+            .buckets(vec![
+                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+                0.01, 0.025,
+            ]),
+            &["api"],
+        )?;
         let decisions = IntCounterVec::new(
-                Opts::new(
-                    "sluice_decisions_total",
-                    "Descriptor decisions by domain, rule and outcome",
-                ),
-                &["domain", "rule", "outcome"],
-            )?;
+            Opts::new(
+                "sluice_decisions_total",
+                "Descriptor decisions by domain, rule and outcome",
+            ),
+            &["domain", "rule", "outcome"],
+        )?;
         let api = |api: Api| ApiSeries {
             ok: requests.with_label_values(&[api.label(), "ok"]),
             over_limit: requests.with_label_values(&[api.label(), "over_limit"]),
@@ -166,7 +166,9 @@ impl ServerMetrics {
         }
         let fresh = Arc::new(RuleSeries {
             rules: Arc::clone(rules),
-            counters: (0..rules.rules().len()).map(|_| Default::default()).collect(),
+            counters: (0..rules.rules().len())
+                .map(|_| Default::default())
+                .collect(),
         });
         self.rule_series.store(Some(Arc::clone(&fresh)));
         fresh

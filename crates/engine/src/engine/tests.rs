@@ -253,7 +253,7 @@ async fn exact_mode_takes_from_the_store_per_decision() {
         .buckets
         .iter()
         .next()
-        .map(|b| b.store_key.clone())
+        .map(|b| key::store_key_of(b.key()))
         .expect("one key");
     let global = store
         .peek(&key, Rate::per_unit(3, sluice_core::Unit::Second))
@@ -309,7 +309,7 @@ async fn unspent_leases_go_back_after_lease_ttl_and_idle_keys_are_evicted() {
         .buckets
         .iter()
         .next()
-        .map(|b| b.store_key.clone())
+        .map(|b| key::store_key_of(b.key()))
         .expect("one key");
     let rate = Rate::per_unit(10, sluice_core::Unit::Second);
     let held = e
