@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/go/bin"
 command -v ghz >/dev/null || { echo "p2: ghz not found (go install github.com/bojand/ghz/cmd/ghz@latest)" >&2; exit 1; }
 DURATION=${DURATION:-10s}
+. loadtest/lib.sh
 cargo build --release -q -p sluice -p sluice-loadtest
 work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 cat >"$work/sluice.yaml" <<'YAML'
 domains:
   - domain: bench
@@ -22,12 +25,10 @@ authz:
     - [{key: client, from: {header: x-client}}]
 engine: {max_keys: 2000000}
 YAML
-./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18281 --admin-addr 127.0.0.1:18280 --reload-interval 0s 2>"$work/sluice.log" &
-sluice_pid=$!
-./target/release/noop-rls --addr 127.0.0.1:18181 &
-noop_pid=$!
-trap 'kill $sluice_pid $noop_pid 2>/dev/null; rm -rf "$work"' EXIT
-sleep 1
+serve 18281 "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18281 --admin-addr 127.0.0.1:18280 --reload-interval 0s
+pids+=("$SERVED_PID")
+serve 18181 "$work/noop.log" ./target/release/noop-rls --addr 127.0.0.1:18181
+pids+=("$SERVED_PID")
 
 rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
 authz='envoy.service.auth.v3.Authorization/Check'

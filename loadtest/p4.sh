@@ -10,6 +10,7 @@ command -v wrk >/dev/null || { echo "p4: wrk not found (apt-get install wrk)" >&
 envoy=${SLUICE_ENVOY_BIN:-.tools/bin/envoy}
 [ -x "$envoy" ] || { echo "p4: no Envoy at $envoy (run scripts/setup.sh)" >&2; exit 1; }
 DURATION=${DURATION:-10s} CONNECTIONS=${CONNECTIONS:-64} ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
+. loadtest/lib.sh
 cargo build --release -q -p sluice -p sluice-loadtest
 work=$(mktemp -d)
 pids=()
@@ -26,10 +27,10 @@ authz:
   descriptors:
     - [{key: client, from: {header: x-client}}]
 YAML
-./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18581 --admin-addr 127.0.0.1:18580 --reload-interval 0s 2>"$work/sluice.log" &
-pids+=($!)
-./target/release/noop-rls --addr 127.0.0.1:18582 &
-pids+=($!)
+serve 18581 "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18581 --admin-addr 127.0.0.1:18580 --reload-interval 0s
+pids+=("$SERVED_PID")
+serve 18582 "$work/noop.log" ./target/release/noop-rls --addr 127.0.0.1:18582
+pids+=("$SERVED_PID")
 
 # Listeners: 18600 no filter; 18601/18602 ext_authz → sluice/no-op; 18603/18604 rate-limit filter
 # → sluice/no-op; 18610 the upstream (direct 200).
@@ -117,8 +118,8 @@ YAML
   cluster noop 18582 h2
   cluster upstream 18610 h1
 } >"$work/envoy.yaml"
-"$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart 2>"$work/envoy.log" &
-pids+=($!)
+serve 18600 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart
+pids+=("$SERVED_PID")
 for port in 18600 18601 18602 18603 18604; do
   for _ in $(seq 100); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] && break

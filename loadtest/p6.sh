@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/go/bin"
 command -v ghz >/dev/null || { echo "p6: ghz not found" >&2; exit 1; }
 KEYS=${KEYS:-1000000}
+. loadtest/lib.sh
 cargo build --release -q -p sluice
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
@@ -18,18 +19,18 @@ data='{"domain":"mem","descriptors":[{"entries":[{"key":"client","value":"client
 start() { # $1 max_keys, $2 grpc port, $3 admin port
   printf 'domain: mem\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100}\n' > "$work/limits.yaml"
   printf 'include: [limits.yaml]\nengine: {max_keys: %s}\n' "$1" > "$work/sluice-$1.yaml"
-  ./target/release/sluice serve --config "$work/sluice-$1.yaml" --grpc-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --reload-interval 0s >/dev/null 2>&1 &
-  echo $!
+  serve "$2" "$work/sluice-$1.log" ./target/release/sluice serve --config "$work/sluice-$1.yaml" --grpc-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --reload-interval 0s
+  pid=$SERVED_PID
 }
 
-pid=$(start 2000000 18381 18380); sleep 2
+start 2000000 18381 18380; sleep 1
 idle=$(rss_kb "$pid")
 ghz --insecure --call "$rls" -d "$data" -c 50 -n "$KEYS" 127.0.0.1:18381 >/dev/null 2>&1
 full=$(rss_kb "$pid"); keys=$(tracked 18380)
 per_key=$(( (full - idle) * 1024 / keys ))
 kill "$pid"
 
-pid=$(start 200000 18481 18480); sleep 2
+start 200000 18481 18480; sleep 1
 ghz --insecure --call "$rls" -d "$data" -c 50 -n "$KEYS" 127.0.0.1:18481 >/dev/null 2>&1
 bounded=$(rss_kb "$pid"); bounded_keys=$(tracked 18480)
 kill "$pid"
