@@ -95,22 +95,32 @@ pub fn store_key_of(key: &BucketKey) -> String {
     store_key_from(identity, pairs)
 }
 
-fn store_key_from<'a>(identity: u64, entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+/// Written into one allocation, with plain values copied whole rather than char by char.
+fn store_key_from<'a>(
+    identity: u64,
+    entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> String {
     let mut values_hash = FNV_OFFSET;
-    let mut tail = String::new();
-    for (key, value) in entries {
+    let mut len = 0;
+    for (key, value) in entries.clone() {
         for part in [key, value] {
             // Each part is followed by a 0xff byte (never in UTF-8), so boundaries count.
             values_hash = fnv1a(fnv1a(values_hash, part.as_bytes()), &[0xff]);
+            len += part.len() + 1;
         }
-        if !tail.is_empty() {
-            tail.push('|');
-        }
-        escape_into(&mut tail, key);
-        tail.push('=');
-        escape_into(&mut tail, value);
     }
-    format!("sluice:{{{identity:016x}:{values_hash:016x}}}:{tail}")
+    let mut out = String::with_capacity("sluice:{:}:".len() + 32 + len + 8);
+    // Writing into a String cannot fail.
+    let _ = write!(out, "sluice:{{{identity:016x}:{values_hash:016x}}}:");
+    for (i, (key, value)) in entries.enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        escape_into(&mut out, key);
+        out.push('=');
+        escape_into(&mut out, value);
+    }
+    out
 }
 
 /// The descriptor values of a store key (`key=value|key=value`, escaped as [`store_key`] wrote them).
@@ -120,6 +130,11 @@ pub fn values_of(store_key: &str) -> &str {
 
 /// Escapes `|`, `=`, `\` and control bytes so the tail parses back unambiguously.
 fn escape_into(out: &mut String, s: &str) {
+    let plain = |b: u8| b.is_ascii() && !b.is_ascii_control() && !matches!(b, b'|' | b'=' | b'\\');
+    if s.bytes().all(plain) {
+        out.push_str(s);
+        return;
+    }
     for c in s.chars() {
         match c {
             '|' | '=' | '\\' => {
@@ -174,6 +189,22 @@ mod tests {
             let encoded = with_encoded(0xfeed, &e, owned);
             assert_eq!(store_key_of(&encoded), store_key(0xfeed, &e));
         }
+    }
+
+    #[test]
+    fn store_keys_are_stable_across_versions() {
+        // Sidecars of different versions share Redis during a rollout: the key format is fixed.
+        assert_eq!(
+            store_key(0xabc, &entries(&[("remote_address", "10.0.0.1")])),
+            "sluice:{0000000000000abc:723389bca147b62a}:remote_address=10.0.0.1"
+        );
+        assert_eq!(
+            store_key(
+                u64::MAX,
+                &entries(&[("a|b", "c=d\\e"), ("k", "\u{e9}\n\u{85}x")])
+            ),
+            "sluice:{ffffffffffffffff:7bde8828b4406b39}:a\\|b=c\\=d\\\\e|k=\u{e9}\\x0a\\x85x"
+        );
     }
 
     #[test]

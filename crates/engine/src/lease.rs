@@ -10,7 +10,7 @@ use sluice_core::config::Mode;
 use crate::bucket::LeaseBucket;
 use crate::engine::{EngineSettings, Plan};
 use crate::key;
-use crate::metrics::EngineMetrics;
+use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome};
 use crate::store::{GlobalStore, StoreError};
 
 /// How many single-flight locks the keys share (a power of two).
@@ -131,13 +131,10 @@ impl Leaser {
     ) -> bool {
         let started = Instant::now();
         let result = self.store.lease(store_key, bucket.rate, want).await;
-        self.observe("lease", started, &result);
+        self.observe(StoreOp::Lease, started, &result);
         match result {
             Ok(grant) => {
-                self.metrics
-                    .lease_tokens
-                    .with_label_values(&["granted"])
-                    .inc_by(grant.granted);
+                self.metrics.tokens_granted(grant.granted);
                 let mut state = bucket.lock();
                 state.add_grant(grant.granted, grant.remaining, want, now);
                 if grant.granted < want {
@@ -175,7 +172,7 @@ impl Leaser {
     async fn peek(&self, bucket: &LeaseBucket, store_key: &str) -> bool {
         let started = Instant::now();
         let result = self.store.peek(store_key, bucket.rate).await;
-        self.observe("peek", started, &result);
+        self.observe(StoreOp::Peek, started, &result);
         match result {
             Ok(tokens) => {
                 let mut state = bucket.lock();
@@ -220,20 +217,14 @@ impl Leaser {
     }
 
     /// Counts a store call by operation and outcome, with its latency.
-    pub(crate) fn observe<T>(&self, op: &str, started: Instant, result: &Result<T, StoreError>) {
+    pub(crate) fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
         let outcome = match result {
-            Ok(_) => "ok",
-            Err(StoreError::Timeout) => "timeout",
-            Err(StoreError::Unavailable(_)) => "unavailable",
-            Err(StoreError::Protocol(_)) => "error",
+            Ok(_) => StoreOutcome::Ok,
+            Err(StoreError::Timeout) => StoreOutcome::Timeout,
+            Err(StoreError::Unavailable(_)) => StoreOutcome::Unavailable,
+            Err(StoreError::Protocol(_)) => StoreOutcome::Error,
         };
         self.metrics
-            .store_calls
-            .with_label_values(&[op, outcome])
-            .inc();
-        self.metrics
-            .store_latency
-            .with_label_values(&[op])
-            .observe(started.elapsed().as_secs_f64());
+            .observe_store_call(op, outcome, started.elapsed().as_secs_f64());
     }
 }

@@ -30,5 +30,5 @@ pub use engine::{
     Code, Decision, DescriptorOutcome, Engine, EngineSettings, LimitInfo, RateLimitRequest,
 };
 pub use memory::MemoryStore;
-pub use metrics::EngineMetrics;
+pub use metrics::{EngineMetrics, StoreOp, StoreOutcome};
 pub use store::{GlobalStore, LeaseGrant, StoreError};

@@ -11,6 +11,7 @@ use crate::bucket::{LeaseBucket, LeaseState};
 use crate::engine::Engine;
 use crate::key::{self, BucketKey};
 use crate::lease::Leaser;
+use crate::metrics::StoreOp;
 
 impl Leaser {
     /// Hands tokens back to the global store, counting them.
@@ -18,13 +19,9 @@ impl Leaser {
         for r in returns {
             let started = std::time::Instant::now();
             let result = self.store.release(&r.store_key, r.rate, r.tokens).await;
-            self.observe("release", started, &result);
+            self.observe(StoreOp::Release, started, &result);
             match result {
-                Ok(()) => self
-                    .metrics
-                    .lease_tokens
-                    .with_label_values(&["returned"])
-                    .inc_by(r.tokens),
+                Ok(()) => self.metrics.tokens_returned(r.tokens),
                 // Lost tokens only make the limit stricter for a while; never over-admit.
                 Err(e) => {
                     tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")

@@ -1,6 +1,8 @@
 //! The engine's Prometheus series. Labels are fixed words, never descriptor values.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 /// Engine metrics, registered into an explicitly passed registry.
 #[derive(Debug, Clone)]
@@ -15,37 +17,87 @@ pub struct EngineMetrics {
     pub lease_tokens: IntCounterVec,
     /// `sluice_evictions_total{reason}`: keys dropped (idle, capacity).
     pub evictions: IntCounterVec,
+    /// The store-call series of each operation, resolved once (`with_label_values` hashes and
+    /// locks on every call; a cold key costs a store call).
+    ops: [OpSeries; 3],
+    /// `sluice_lease_tokens_total{event="granted"}` and `{event="returned"}`.
+    granted: IntCounter,
+    returned: IntCounter,
+}
+
+/// A global store operation (the `op` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Take tokens from a global bucket.
+    Lease = 0,
+    /// Give unspent tokens back.
+    Release = 1,
+    /// Read a global bucket.
+    Peek = 2,
+}
+
+/// How a store call ended (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Answered.
+    Ok = 0,
+    /// No answer within the store timeout.
+    Timeout = 1,
+    /// Not reachable (or the circuit breaker is open).
+    Unavailable = 2,
+    /// Answered with an error.
+    Error = 3,
+}
+
+const OPS: [&str; 3] = ["lease", "release", "peek"];
+const OUTCOMES: [&str; 4] = ["ok", "timeout", "unavailable", "error"];
+
+#[derive(Debug, Clone)]
+struct OpSeries {
+    calls: [IntCounter; 4],
+    latency: Histogram,
 }
 
 impl EngineMetrics {
     /// Creates and registers the series.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let store_calls = IntCounterVec::new(
+            Opts::new(
+                "sluice_store_calls_total",
+                "Global store calls by operation and outcome",
+            ),
+            &["op", "outcome"],
+        )?;
+        let store_latency = HistogramVec::new(
+            HistogramOpts::new("sluice_store_call_seconds", "Global store call latency").buckets(
+                vec![
+                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05,
+                    0.1,
+                ],
+            ),
+            &["op"],
+        )?;
+        let lease_tokens = IntCounterVec::new(
+            Opts::new(
+                "sluice_lease_tokens_total",
+                "Tokens leased from (granted) or returned to the global store",
+            ),
+            &["event"],
+        )?;
+        let ops = OPS.map(|op| OpSeries {
+            calls: OUTCOMES.map(|outcome| store_calls.with_label_values(&[op, outcome])),
+            latency: store_latency.with_label_values(&[op]),
+        });
         let m = Self {
+            ops,
+            granted: lease_tokens.with_label_values(&["granted"]),
+            returned: lease_tokens.with_label_values(&["returned"]),
+            store_calls,
+            store_latency,
+            lease_tokens,
             tracked_keys: IntGauge::new(
                 "sluice_tracked_keys",
                 "Bucket keys tracked by this instance",
-            )?,
-            store_calls: IntCounterVec::new(
-                Opts::new(
-                    "sluice_store_calls_total",
-                    "Global store calls by operation and outcome",
-                ),
-                &["op", "outcome"],
-            )?,
-            store_latency: HistogramVec::new(
-                HistogramOpts::new("sluice_store_call_seconds", "Global store call latency")
-                    .buckets(vec![
-                        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02,
-                        0.05, 0.1,
-                    ]),
-                &["op"],
-            )?,
-            lease_tokens: IntCounterVec::new(
-                Opts::new(
-                    "sluice_lease_tokens_total",
-                    "Tokens leased from (granted) or returned to the global store",
-                ),
-                &["event"],
             )?,
             evictions: IntCounterVec::new(
                 Opts::new("sluice_evictions_total", "Bucket keys evicted, by reason"),
@@ -58,6 +110,23 @@ impl EngineMetrics {
         registry.register(Box::new(m.lease_tokens.clone()))?;
         registry.register(Box::new(m.evictions.clone()))?;
         Ok(m)
+    }
+
+    /// Counts one store call and its latency.
+    pub fn observe_store_call(&self, op: StoreOp, outcome: StoreOutcome, seconds: f64) {
+        let series = &self.ops[op as usize];
+        series.calls[outcome as usize].inc();
+        series.latency.observe(seconds);
+    }
+
+    /// Counts tokens granted by the store.
+    pub fn tokens_granted(&self, tokens: u64) {
+        self.granted.inc_by(tokens);
+    }
+
+    /// Counts tokens given back to the store.
+    pub fn tokens_returned(&self, tokens: u64) {
+        self.returned.inc_by(tokens);
     }
 
     /// Metrics registered into a private registry (tests, benchmarks).
