@@ -404,3 +404,82 @@ async fn fallbacks_apply_while_the_store_is_down() {
             > 0
     );
 }
+
+/// The in-memory store behind a delay (a stand-in for a remote store's round trip; the store
+/// itself is real), recording how many lease calls per key were in flight at once.
+struct SlowStore {
+    inner: Arc<MemoryStore<ManualClock>>,
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, (usize, usize)>>,
+}
+
+impl SlowStore {
+    /// The most lease calls in flight at once for any one key.
+    fn max_in_flight(&self) -> usize {
+        let calls = self.in_flight.lock().expect("lock");
+        calls.values().map(|&(_, max)| max).max().unwrap_or(0)
+    }
+}
+
+impl GlobalStore for SlowStore {
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        Box::pin(async move {
+            {
+                let mut calls = self.in_flight.lock().expect("lock");
+                let (now, max) = calls.entry(key.to_string()).or_default();
+                *now += 1;
+                *max = (*max).max(*now);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let grant = self.inner.lease(key, rate, want).await;
+            if let Some((now, _)) = self.in_flight.lock().expect("lock").get_mut(key) {
+                *now -= 1;
+            }
+            grant
+        })
+    }
+    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
+        self.inner.release(key, rate, tokens)
+    }
+    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
+        self.inner.peek(key, rate)
+    }
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.reset(key)
+    }
+    fn name(&self) -> &'static str {
+        "slow"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_store_call_per_key_at_a_time_and_never_over_the_limit() {
+    let clock = ManualClock::at(1);
+    let store = Arc::new(SlowStore {
+        inner: MemoryStore::new(clock.clone()),
+        in_flight: Default::default(),
+    });
+    let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
+    // 20 requests on each of two new keys, all at once, while each store call takes 20 ms.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let e = Arc::clone(&e);
+            tokio::spawn(async move {
+                let ip = if i % 2 == 0 { "10.0.0.1" } else { "10.0.0.2" };
+                e.decide(&RateLimitRequest {
+                    domain: "d",
+                    descriptors: &[d(&[("ip", ip)])],
+                    hits_addend: 1,
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.expect("task").overall == Code::Ok);
+    }
+    // Single flight: the others wait for the call in flight instead of calling too.
+    assert_eq!(store.max_in_flight(), 1);
+    // per_ip allows 10 per second and the clock stands still: at most 10 per key.
+    assert!((2..=20).contains(&admitted), "{admitted} admitted");
+}
