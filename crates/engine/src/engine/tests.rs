@@ -410,6 +410,7 @@ async fn fallbacks_apply_while_the_store_is_down() {
 struct SlowStore {
     inner: Arc<MemoryStore<ManualClock>>,
     in_flight: std::sync::Mutex<std::collections::HashMap<String, (usize, usize)>>,
+    calls: std::sync::atomic::AtomicUsize,
 }
 
 impl SlowStore {
@@ -422,6 +423,7 @@ impl SlowStore {
 
 impl GlobalStore for SlowStore {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             {
                 let mut calls = self.in_flight.lock().expect("lock");
@@ -452,11 +454,12 @@ impl GlobalStore for SlowStore {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_store_call_per_key_at_a_time_and_never_over_the_limit() {
+async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     let clock = ManualClock::at(1);
     let store = Arc::new(SlowStore {
         inner: MemoryStore::new(clock.clone()),
         in_flight: Default::default(),
+        calls: Default::default(),
     });
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     // 20 requests on each of two new keys, all at once, while each store call takes 20 ms.
@@ -464,10 +467,10 @@ async fn one_store_call_per_key_at_a_time_and_never_over_the_limit() {
         .map(|i| {
             let e = Arc::clone(&e);
             tokio::spawn(async move {
-                let ip = if i % 2 == 0 { "10.0.0.1" } else { "10.0.0.2" };
+                let value = if i % 2 == 0 { "a" } else { "b" };
                 e.decide(&RateLimitRequest {
                     domain: "d",
-                    descriptors: &[d(&[("ip", ip)])],
+                    descriptors: &[d(&[("new", value)])],
                     hits_addend: 1,
                 })
                 .await
@@ -478,8 +481,14 @@ async fn one_store_call_per_key_at_a_time_and_never_over_the_limit() {
     for t in tasks {
         admitted += usize::from(t.await.expect("task").overall == Code::Ok);
     }
-    // Single flight: the others wait for the call in flight instead of calling too.
+    // Single flight: the others wait for the call in flight instead of calling too, then spend
+    // from the lease it brought (leases grow with demand, up to 5% of the burst of 100): about
+    // a dozen calls here, never one per request (40).
     assert_eq!(store.max_in_flight(), 1);
-    // per_ip allows 10 per second and the clock stands still: at most 10 per key.
-    assert!((2..=20).contains(&admitted), "{admitted} admitted");
+    let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(calls <= 20, "{calls} lease calls for 40 requests on 2 keys");
+    // `new` allows 100 per second: all 40 fit. A request that saw the lease cover it can still
+    // lose that token to a concurrent one before it charges (a rare false deny, never an
+    // over-admission), so allow a few.
+    assert!((36..=40).contains(&admitted), "{admitted} admitted");
 }
