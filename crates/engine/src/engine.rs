@@ -120,8 +120,15 @@ impl Engine {
             };
         }
         let mut plans = self.plan(&rules, req, now);
-        self.leaser.ensure(&mut plans, req.descriptors, now).await;
-        let overall = self.charge(&plans, req.descriptors, &mut outcomes, now);
+        let mut may_retry = true;
+        let overall = loop {
+            self.leaser.ensure(&mut plans, req.descriptors, now).await;
+            match self.charge(&plans, req.descriptors, &mut outcomes, now, may_retry) {
+                Some(code) => break code,
+                // A concurrent request spent the leased tokens this one saw: lease again, once.
+                None => may_retry = false,
+            }
+        };
         Decision {
             overall,
             outcomes,
@@ -234,14 +241,17 @@ impl Engine {
         bucket
     }
 
-    /// Charges every bucket or none, and fills the outcomes.
+    /// Charges every bucket or none, and fills the outcomes. With `may_retry`, returns `None`
+    /// (charging nothing) when a lease came up short although its key is not starved: the
+    /// tokens `ensure` saw went to a concurrent request in between, so the caller leases again.
     fn charge(
         &self,
         plans: &[Plan],
         descriptors: &[Descriptor],
         outcomes: &mut [DescriptorOutcome],
         now: u64,
-    ) -> Code {
+        may_retry: bool,
+    ) -> Option<Code> {
         // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
         let mut order: SmallVec<[usize; 4]> = (0..plans.len()).collect();
         order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
@@ -266,6 +276,10 @@ impl Engine {
             };
             if !pays && !plans[*i].info.shadow {
                 allowed = false;
+                let leased = matches!(mode, Mode::Strict | Mode::Exact);
+                if may_retry && leased && !plans[*i].store_down && now >= state.retry_at {
+                    return None;
+                }
             }
         }
         // Pass 2: charge (all or nothing) and report.
@@ -323,11 +337,11 @@ impl Engine {
             self.leaser.prefetch(bucket, store_key, now);
         }
         // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
-        if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {
+        Some(if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {
             Code::Ok
         } else {
             Code::OverLimit
-        }
+        })
     }
 }
 
