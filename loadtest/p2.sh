@@ -13,22 +13,7 @@ cargo build --release -q -p sluice -p sluice-loadtest
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
-cat >"$work/sluice.yaml" <<'YAML'
-domains:
-  - domain: bench
-    descriptors:
-      - key: client
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-authz:
-  domain: bench
-  descriptors:
-    - [{key: client, from: {header: x-client}}]
-engine: {max_keys: 2000000}
-YAML
-serve 18281 "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18281 --admin-addr 127.0.0.1:18280 --reload-interval 0s
-pids+=("$SERVED_PID")
-serve 18181 "$work/noop.log" ./target/release/noop-rls --addr 127.0.0.1:18181
-pids+=("$SERVED_PID")
+bench_servers "$work" 18281 18280 18181
 
 rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
 authz='envoy.service.auth.v3.Authorization/Check'

@@ -16,21 +16,7 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 
-cat >"$work/sluice.yaml" <<'YAML'
-domains:
-  - domain: bench
-    descriptors:
-      - key: client
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-authz:
-  domain: bench
-  descriptors:
-    - [{key: client, from: {header: x-client}}]
-YAML
-serve 18581 "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" --grpc-addr 127.0.0.1:18581 --admin-addr 127.0.0.1:18580 --reload-interval 0s
-pids+=("$SERVED_PID")
-serve 18582 "$work/noop.log" ./target/release/noop-rls --addr 127.0.0.1:18582
-pids+=("$SERVED_PID")
+bench_servers "$work" 18581 18580 18582
 
 # Listeners: 18600 no filter; 18601/18602 ext_authz → sluice/no-op; 18603/18604 rate-limit filter
 # → sluice/no-op; 18610 the upstream (direct 200).
