@@ -25,6 +25,7 @@ echo "== Grafana dashboard against the demo's sidecar"
 curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" > target/demo-metrics.txt
 python3 scripts/check-dashboard.py deploy/grafana/sluice.json docs/metrics.md target/demo-metrics.txt
 deploy/demo.sh --down
+trap - EXIT
 
 echo "== Kubernetes manifests"
 cargo build -q --locked -p sluice
