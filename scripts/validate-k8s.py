@@ -120,7 +120,8 @@ def main():
         if rendered.returncode != 0:
             fail(overlay, f"kustomize build failed:\n{rendered.stderr}")
         objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
-        for version in VERSIONS.get(path.name, DEFAULT_VERSIONS):
+        versions = VERSIONS.get(path.name, DEFAULT_VERSIONS)
+        for version in versions:
             for o in objects:
                 if o["apiVersion"].startswith("monitoring.coreos.com/"):
                     continue  # a CRD: checked by check_references
@@ -131,7 +132,7 @@ def main():
         check_references(overlay, objects)
         check_configs(overlay, objects, sluice, envoy)
         kinds = ", ".join(sorted({o["kind"] for o in objects}))
-        print(f"k8s/{overlay}: {len(objects)} objects valid ({kinds}) on Kubernetes {' and '.join(VERSIONS.get(path.name, DEFAULT_VERSIONS))}; sluice and Envoy configs load")
+        print(f"k8s/{overlay}: {len(objects)} objects valid ({kinds}) on Kubernetes {' and '.join(versions)}; sluice and Envoy configs load")
 
 
 if __name__ == "__main__":
