@@ -333,8 +333,8 @@ impl Engine {
         }
         drop(guards);
         for (bucket, index) in prefetch {
-            let store_key = key::store_key(bucket.identity, &descriptors[index].entries);
-            self.leaser.prefetch(bucket, store_key, now);
+            self.leaser
+                .prefetch(bucket, &descriptors[index].entries, now);
         }
         // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
         Some(if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_core::Descriptor;
 use sluice_core::config::Mode;
+use sluice_core::{Descriptor, Entry};
 
 use crate::bucket::LeaseBucket;
 use crate::engine::{EngineSettings, Plan};
@@ -189,7 +189,7 @@ impl Leaser {
     pub(crate) fn prefetch(
         self: &Arc<Self>,
         bucket: Arc<LeaseBucket>,
-        store_key: String,
+        entries: &[Entry],
         now: u64,
     ) {
         if self.store.degraded() {
@@ -201,6 +201,8 @@ impl Leaser {
         let Ok(flight) = Arc::clone(self.flight(&bucket)).try_lock_owned() else {
             return;
         };
+        // Made only once a refill will really run (the key's store call is not already in flight).
+        let store_key = key::store_key(bucket.identity, entries);
         let leaser = Arc::clone(self);
         handle.spawn(async move {
             let _flight = flight;
