@@ -88,8 +88,11 @@ async fn a_restarted_redis_is_used_again_and_sluice_starts_while_redis_is_down()
         !store.degraded()
     })
     .await;
+    // Up to 5 s, as for the probe above: right after a restart the first script calls can still
+    // fail (NOSCRIPT reload, a loaded machine) and re-open the breaker for a probe interval; one
+    // CI run under full load did not get a Redis decision within the 1 s allowed before.
     let mut ok = false;
-    for _ in 0..50 {
+    for _ in 0..250 {
         let d = decide(&e, "allow", "z2").await;
         if !d.outcomes[0].fallback {
             ok = true;
