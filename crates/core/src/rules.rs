@@ -319,8 +319,7 @@ fn compile_rule(
         replaces.push(r.name.clone());
     }
     let explicit_name = rl.name.clone().filter(|n| !n.is_empty());
-    let identity = format!("{domain}\u{0}{path}\u{0}{limit:?}");
-    let fingerprint = fnv1a(fnv1a_of(identity.as_bytes()), &[u8::from(shadow_mode)]);
+    let fingerprint = fingerprint(domain, path, &limit, shadow_mode);
     let label = explicit_name
         .clone()
         .unwrap_or_else(|| format!("{domain}:{path}"));
@@ -337,6 +336,72 @@ fn compile_rule(
         file: file.to_path_buf(),
         line,
     })
+}
+
+/// A rule's stable identity: part of every store key of its buckets, so it must not change while
+/// the rule does not, across sluice versions (sidecars of two versions share Redis during a
+/// rollout, and a changed identity would split every global bucket).
+///
+/// It is FNV-1a 64 over `domain NUL path NUL limit`, then the shadow flag as one byte, where
+/// `limit` is written field by field below. That text is exactly what versions up to 0.1.0 got
+/// from `format!("{limit:?}")`, so existing keys are kept; it is written out by hand so that
+/// renaming a type or variant, or adding a field, can no longer change it silently (a golden
+/// test pins the values).
+pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -> u64 {
+    let mut h = fnv1a_of(domain.as_bytes());
+    h = fnv1a(h, b"\0");
+    h = fnv1a(h, path.as_bytes());
+    h = fnv1a(h, b"\0");
+    h = match limit {
+        Limit::Unlimited => fnv1a(h, b"Unlimited"),
+        Limit::Limited {
+            rate,
+            mode,
+            fallback,
+        } => {
+            let text = format!(
+                "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}, burst: {} }}, mode: {}, fallback: {} }}",
+                rate.requests_per_unit,
+                unit_identity(rate.unit),
+                rate.burst,
+                mode_identity(*mode),
+                fallback_identity(*fallback),
+            );
+            fnv1a(h, text.as_bytes())
+        }
+    };
+    fnv1a(h, &[u8::from(shadow_mode)])
+}
+
+/// The unit as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn unit_identity(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Second => "Second",
+        Unit::Minute => "Minute",
+        Unit::Hour => "Hour",
+        Unit::Day => "Day",
+        Unit::Week => "Week",
+        Unit::Month => "Month",
+        Unit::Year => "Year",
+    }
+}
+
+/// The mode as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn mode_identity(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Strict => "Strict",
+        Mode::Exact => "Exact",
+        Mode::Local => "Local",
+    }
+}
+
+/// The fallback as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn fallback_identity(fallback: Fallback) -> &'static str {
+    match fallback {
+        Fallback::LocalShare => "LocalShare",
+        Fallback::Allow => "Allow",
+        Fallback::Deny => "Deny",
+    }
 }
 
 /// Whether `value` matches `pattern`, where each `*` matches any run of characters (even none).

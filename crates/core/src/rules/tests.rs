@@ -237,6 +237,54 @@ fn fingerprints_are_stable_and_follow_the_limit() {
     assert_eq!(changed.rules.rules()[1].fingerprint, fa[1]);
 }
 
+/// Store keys carry rule fingerprints, and sidecars of two versions share Redis during a rollout:
+/// these values were computed by sluice 0.1.0 and must never change.
+#[test]
+fn fingerprints_match_the_released_values() {
+    const GOLDEN: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: user
+    shadow_mode: true
+    rate_limit: {unit: Minute, requests_per_unit: 100, burst: 250, mode: exact, fallback: deny}
+  - key: tenant
+    value: "a*"
+    rate_limit: {unit: hour, requests_per_unit: 4294967295, mode: local, fallback: allow}
+    descriptors:
+      - key: path
+        rate_limit: {unit: year, requests_per_unit: 0, burst: 7}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: weekly
+    rate_limit: {unit: week, requests_per_unit: 3, name: w}
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 3}
+  - key: daily
+    rate_limit: {unit: day, requests_per_unit: 3}
+"#;
+    let config = load(GOLDEN).expect("loads");
+    let got: Vec<(&str, String)> = config
+        .rules
+        .rules()
+        .iter()
+        .map(|r| (r.path.as_str(), format!("{:016x}", r.fingerprint)))
+        .collect();
+    let want = [
+        ("remote_address", "69b91f7c4e85fc42"),
+        ("user", "a4e833913d3af293"),
+        ("tenant=a*", "8b47ab3b22d7e916"),
+        ("tenant=a* > path", "e717958b4544a380"),
+        ("free", "442b57c6fc91da87"),
+        ("weekly", "f28a20da04f3c7de"),
+        ("monthly", "fbeb28d1596408fc"),
+        ("daily", "fc31d9d1fcbd4bd0"),
+    ];
+    let want: Vec<(&str, String)> = want.iter().map(|(p, f)| (*p, f.to_string())).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn wildcards_match_anywhere() {
     assert!(wildcard_match("*", ""));
