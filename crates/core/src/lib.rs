@@ -20,7 +20,7 @@ pub mod rules;
 pub mod unit;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{ConfigError, load_config};
+pub use config::{ConfigError, load_config, parse_config};
 pub use descriptor::{Descriptor, Entry};
 pub use rules::{Rule, RuleSet};
 pub use unit::Unit;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dashmap::DashMap;
 use sluice_core::bucket::Rate;
-use sluice_core::config::{Fallback, Mode};
+use sluice_core::config::Mode;
 use sluice_core::{Descriptor, Entry, RuleSet, SystemClock, Unit};
 use sluice_engine::bucket::LeaseBucket;
 use sluice_engine::{
@@ -132,7 +132,7 @@ fn entries(keys: usize) -> Vec<(key::BucketKey, Vec<u8>, Arc<LeaseBucket>)> {
         .map(|i| {
             let e = [Entry::new("client", i.to_string())];
             let bytes = key::with_encoded(7, &e, <[u8]>::to_vec);
-            let bucket = LeaseBucket::new(rate, Mode::Strict, Fallback::LocalShare, 7, 0);
+            let bucket = LeaseBucket::new(rate, Mode::Strict, 7, 0);
             bucket.lock().lease = u64::MAX / 2;
             (key::owned(&bytes), bytes, Arc::new(bucket))
         })

@@ -15,7 +15,7 @@ use sluice_core::rules::RuleId;
 pub struct EngineSettings {
     /// Most keys tracked at once.
     pub max_keys: usize,
-    /// Keys unused this long are evicted.
+    /// Keys unused this long are evicted (once their state is at rest).
     pub idle_timeout: Duration,
     /// A lease holds about the tokens spent in this long.
     pub lease_horizon: Duration,
@@ -78,6 +78,32 @@ pub struct LimitInfo {
     pub shadow: bool,
 }
 
+/// Why a bucket denied a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// Not enough tokens now; `retry_after` says when there will be.
+    Empty,
+    /// The request costs more than the bucket's burst: it can never pass (and charged nothing).
+    CostAboveBurst,
+    /// `engine.max_keys` is reached and every tracked key holds state that evicting would lose,
+    /// so this new key could not be tracked; it passes once a tracked key has refilled.
+    NoRoom,
+    /// The global store is unavailable and the rule's fallback is `deny`.
+    StoreDown,
+}
+
+impl Denial {
+    /// A short, stable word for logs and answers.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Denial::Empty => "over_limit",
+            Denial::CostAboveBurst => "cost_above_burst",
+            Denial::NoRoom => "no_room_for_key",
+            Denial::StoreDown => "store_down",
+        }
+    }
+}
+
 /// The decision for one descriptor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DescriptorOutcome {
@@ -89,8 +115,11 @@ pub struct DescriptorOutcome {
     pub remaining: u64,
     /// Time until the bucket is full again.
     pub until_full: Duration,
-    /// When over the limit: time until this request could pass; `None` if it never can.
+    /// When over the limit: time until this request could pass; `None` if it never can, or no
+    /// time can be promised (see `denial`).
     pub retry_after: Option<Duration>,
+    /// Why the descriptor's bucket denies (also set for shadow rules that would deny).
+    pub denial: Option<Denial>,
     /// A shadow-mode rule that would have denied.
     pub shadow_over_limit: bool,
     /// Decided by the rule's fallback because the global store was unavailable.
@@ -106,6 +135,7 @@ impl DescriptorOutcome {
             remaining: 0,
             until_full: Duration::ZERO,
             retry_after: None,
+            denial: None,
             shadow_over_limit: false,
             fallback: false,
         }

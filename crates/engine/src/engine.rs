@@ -1,61 +1,44 @@
-//! The decision procedure.
+//! [`Engine`]: the decision procedure and everything the engine offers its callers.
 //!
-//! For a request: match every descriptor to a rule, drop rules that others `replace`, find each
-//! key's [`LeaseBucket`], make sure leases can cover the hits (asking the global store only when a
-//! lease runs dry), then charge all buckets or none under their locks, taken in a fixed order.
+//! A decision, in order: [`Plan::build`] matches every descriptor to a rule and finds each
+//! distinct bucket with its summed hits; [`Leaser::ensure`] makes sure the leases can cover them
+//! (asking the global store only when a lease runs dry); then, under the buckets' locks taken in
+//! address order, [`ledger::settle`] charges every bucket or none. Background refills start after
+//! the locks are dropped.
 
-use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use dashmap::DashMap;
-use sluice_core::bucket::Rate;
-use sluice_core::config::{Fallback, Mode};
-use sluice_core::rules::{Limit, Match};
-use sluice_core::{Clock, Descriptor, RuleSet};
+use sluice_core::{Clock, Entry, RuleSet};
 use smallvec::SmallVec;
 
-use crate::bucket::LeaseBucket;
-pub use crate::decision::{
-    Code, Decision, DescriptorOutcome, EngineSettings, LimitInfo, RateLimitRequest,
-};
-use crate::key::{self, BucketKey};
+use crate::decision::{Code, Decision, DescriptorOutcome, EngineSettings, RateLimitRequest};
 use crate::lease::Leaser;
+use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
 use crate::metrics::EngineMetrics;
-use crate::store::GlobalStore;
-
-/// Plans of one request; inline for the common few descriptors, so a decision allocates little.
-pub(crate) type Plans = SmallVec<[Plan; 4]>;
-
-/// A descriptor's plan during a decision.
-pub(crate) struct Plan {
-    pub(crate) index: usize,
-    pub(crate) info: LimitInfo,
-    pub(crate) hits: u64,
-    pub(crate) bucket: Arc<LeaseBucket>,
-    /// Set when the store failed for this bucket during this decision.
-    pub(crate) store_down: bool,
-}
+use crate::plan::Plan;
+use crate::quota::{self, QuotaView, TrackedKey};
+use crate::store::{GlobalStore, StoreError};
+use crate::table::BucketTable;
 
 /// The decision engine.
 pub struct Engine {
     clock: Arc<dyn Clock>,
     rules: ArcSwap<RuleSet>,
     /// Talks to the global store (shared with background refills).
-    pub(crate) leaser: Arc<Leaser>,
-    /// Bucket keys → local state. `Arc` values let a decision drop the map's shard lock before
-    /// taking the bucket's own lock, so no map lock is ever held while another is taken.
-    pub(crate) buckets: DashMap<BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>,
-    pub(crate) settings: EngineSettings,
-    pub(crate) metrics: EngineMetrics,
+    leaser: Arc<Leaser>,
+    /// The tracked keys.
+    table: BucketTable,
+    settings: EngineSettings,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("store", &self.leaser.store.name())
-            .field("keys", &self.buckets.len())
+            .field("keys", &self.table.len())
             .field("settings", &self.settings)
             .finish()
     }
@@ -73,10 +56,9 @@ impl Engine {
         Self {
             clock,
             rules: ArcSwap::from_pointee(rules),
-            leaser: Arc::new(Leaser::new(store, metrics.clone(), settings.clone())),
-            buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            table: BucketTable::new(settings.max_keys, metrics.clone()),
+            leaser: Arc::new(Leaser::new(store, metrics, settings.clone())),
             settings,
-            metrics,
         }
     }
 
@@ -103,7 +85,7 @@ impl Engine {
 
     /// How many keys are tracked.
     pub fn tracked_keys(&self) -> usize {
-        self.buckets.len()
+        self.table.len()
     }
 
     /// Decides a request.
@@ -119,11 +101,16 @@ impl Engine {
                 unknown_domain: true,
             };
         }
-        let mut plans = self.plan(&rules, req, now);
+        let mut evicted = Vec::new();
+        let mut plan = Plan::build(&rules, req, |identity, d, info| {
+            self.table
+                .slot(identity, &d.entries, info, now, &mut evicted)
+        });
+        self.leaser.return_later(evicted);
         let mut may_retry = true;
         let overall = loop {
-            self.leaser.ensure(&mut plans, req.descriptors, now).await;
-            match self.charge(&plans, req.descriptors, &mut outcomes, now, may_retry) {
+            self.leaser.ensure(&mut plan, req.descriptors, now).await;
+            match self.settle(&plan, req, &mut outcomes, now, may_retry) {
                 Some(code) => break code,
                 // A concurrent request spent the leased tokens this one saw: lease again, once.
                 None => may_retry = false,
@@ -137,245 +124,143 @@ impl Engine {
         }
     }
 
-    /// Matches descriptors to limits and finds their buckets.
-    fn plan(&self, rules: &RuleSet, req: &RateLimitRequest<'_>, now: u64) -> Plans {
-        let default_hits = if req.hits_addend == 0 {
-            1
-        } else {
-            req.hits_addend
-        };
-        let mut plans = Plans::new();
-        let mut replaced: Option<HashSet<&str>> = None;
-        for (index, d) in req.descriptors.iter().enumerate() {
-            let hits = d.hits_addend.unwrap_or(default_hits);
-            let (info, identity) = if let Some(o) = d.limit_override {
-                let rate = Rate::per_unit(o.requests_per_unit, o.unit);
-                let info = LimitInfo {
-                    rate,
-                    rule: None,
-                    mode: Mode::Strict,
-                    fallback: Fallback::LocalShare,
-                    shadow: false,
-                };
-                (info, override_identity(req.domain, &rate))
-            } else {
-                let Match::Rule(rule) = rules.match_descriptor(req.domain, &d.entries) else {
-                    continue;
-                };
-                let Limit::Limited {
-                    rate,
-                    mode,
-                    fallback,
-                } = rule.limit
-                else {
-                    continue;
-                };
-                if !rule.replaces.is_empty() {
-                    replaced
-                        .get_or_insert_with(HashSet::new)
-                        .extend(rule.replaces.iter().map(String::as_str));
-                }
-                let info = LimitInfo {
-                    rate,
-                    rule: Some(rule.id),
-                    mode,
-                    fallback,
-                    shadow: rule.shadow_mode,
-                };
-                (info, rule.fingerprint)
-            };
-            let bucket = self.bucket(identity, d, &info, now);
-            bucket.touch(now);
-            plans.push(Plan {
-                index,
-                info,
-                hits,
-                bucket,
-                store_down: false,
-            });
-        }
-        if let Some(replaced) = replaced {
-            plans.retain(|p| {
-                let name = p
-                    .info
-                    .rule
-                    .and_then(|id| rules.rule(id))
-                    .and_then(|r| r.explicit_name.as_deref());
-                !name.is_some_and(|n| replaced.contains(n))
-            });
-        }
-        plans
-    }
-
-    /// The bucket for a descriptor, created on first use.
-    fn bucket(
+    /// Locks the plan's buckets, settles them in the ledger and fills the outcomes; `None` when
+    /// the ledger asks to lease again (nothing was charged).
+    fn settle(
         &self,
-        identity: u64,
-        d: &Descriptor,
-        info: &LimitInfo,
-        now: u64,
-    ) -> Arc<LeaseBucket> {
-        let found = key::with_encoded(identity, &d.entries, |k| {
-            self.buckets.get(k).map(|b| Arc::clone(b.value()))
-        });
-        if let Some(b) = found {
-            return b;
-        }
-        self.make_room(now);
-        let owned = key::with_encoded(identity, &d.entries, key::owned);
-        let bucket = self
-            .buckets
-            .entry(owned)
-            .or_insert_with(|| {
-                Arc::new(LeaseBucket::new(
-                    info.rate,
-                    info.mode,
-                    info.fallback,
-                    identity,
-                    now,
-                ))
-            })
-            .value()
-            .clone();
-        self.metrics.tracked_keys.set(self.buckets.len() as i64);
-        bucket
-    }
-
-    /// Charges every bucket or none, and fills the outcomes. With `may_retry`, returns `None`
-    /// (charging nothing) when a lease came up short although its key is not starved: the
-    /// tokens `ensure` saw went to a concurrent request in between, so the caller leases again.
-    fn charge(
-        &self,
-        plans: &[Plan],
-        descriptors: &[Descriptor],
+        plan: &Plan,
+        req: &RateLimitRequest<'_>,
         outcomes: &mut [DescriptorOutcome],
         now: u64,
         may_retry: bool,
     ) -> Option<Code> {
-        // Distinct buckets in address order: a fixed lock order, so two requests never deadlock.
-        let mut order: SmallVec<[usize; 4]> = (0..plans.len()).collect();
-        order.sort_by_key(|&i| Arc::as_ptr(&plans[i].bucket) as usize);
-        order.dedup_by_key(|i| Arc::as_ptr(&plans[*i].bucket) as usize);
-        let mut guards: SmallVec<[_; 4]> =
-            order.iter().map(|&i| (i, plans[i].bucket.lock())).collect();
-        let instances = if plans.iter().any(|p| p.store_down) {
+        let down = plan
+            .charges
+            .iter()
+            .any(|c| matches!(c.store, StoreStatus::Down { .. }));
+        let instances = if down {
             self.leaser.store.live_instances().max(1)
         } else {
             1
         };
-
-        // Pass 1: can every enforcing bucket pay?
-        let mut allowed = true;
-        for (i, state) in &guards {
-            let needed = sum_hits(plans, *i);
-            let (mode, rate) = effective(&plans[*i], instances);
-            let pays = match (plans[*i].store_down, plans[*i].info.fallback) {
-                (true, Fallback::Allow) => true,
-                (true, Fallback::Deny) => needed == 0,
-                _ => state.spendable(mode, &rate, now) >= needed,
-            };
-            if !pays && !plans[*i].info.shadow {
-                allowed = false;
-                let leased = matches!(mode, Mode::Strict | Mode::Exact);
-                if may_retry && leased && !plans[*i].store_down && now >= state.retry_at {
-                    return None;
-                }
-            }
-        }
-        // Pass 2: charge (all or nothing) and report.
-        let mut prefetch: SmallVec<[(Arc<LeaseBucket>, usize); 2]> = SmallVec::new();
-        for (i, state) in &mut guards {
-            let plan = &plans[*i];
-            let needed = sum_hits(plans, *i);
-            let (mode, rate) = effective(plan, instances);
-            let forced = match (plan.store_down, plan.info.fallback) {
-                (true, Fallback::Allow) => Some(true),
-                (true, Fallback::Deny) => Some(needed == 0),
-                _ => None,
-            };
-            let pays = forced.unwrap_or_else(|| state.spendable(mode, &rate, now) >= needed);
-            if allowed && pays && forced.is_none() && needed > 0 {
-                state.spend(mode, &rate, now, needed);
-                if mode == Mode::Strict && state.lease_is_low() && now >= state.retry_at {
-                    prefetch.push((Arc::clone(&plan.bucket), plan.index));
-                }
-            }
-            let remaining = state.remaining(mode, &rate, now).max(0.0);
-            // Each descriptor reports its own bucket: one that could pay says OK even when another
-            // descriptor denied the request (and so nothing was charged). A peek (0 hits) reports
-            // whether one more request would pass.
-            let denied = if needed > 0 { !pays } else { remaining < 1.0 };
-            let report_denied = denied && !plan.info.shadow;
-            for p in plans
-                .iter()
-                .filter(|p| Arc::ptr_eq(&p.bucket, &plan.bucket))
-            {
-                let hits = p.hits.max(1) as f64;
-                outcomes[p.index] = DescriptorOutcome {
-                    code: if report_denied {
-                        Code::OverLimit
-                    } else {
-                        Code::Ok
-                    },
-                    limit: Some(p.info),
-                    remaining: remaining.floor() as u64,
-                    until_full: Duration::from_micros(rate.micros_until_full(remaining)),
-                    retry_after: if report_denied {
-                        rate.micros_until(remaining, hits)
-                            .map(Duration::from_micros)
-                    } else {
-                        None
-                    },
-                    shadow_over_limit: denied && p.info.shadow,
-                    fallback: plan.store_down,
-                };
-            }
-        }
-        drop(guards);
-        for (bucket, index) in prefetch {
-            self.leaser
-                .prefetch(bucket, &descriptors[index].entries, now);
-        }
-        // Over the limit if any descriptor is: a denied request, or a peek at an empty bucket.
-        Some(if allowed && outcomes.iter().all(|o| o.code == Code::Ok) {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        })
-    }
-}
-
-/// Total hits of every plan on the same bucket as `plans[i]`.
-fn sum_hits(plans: &[Plan], i: usize) -> u64 {
-    plans
-        .iter()
-        .filter(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
-        .map(|p| p.hits)
-        .sum()
-}
-
-/// The mode and rate a plan is decided with: its own, or `local_share` while the store is down.
-fn effective(plan: &Plan, instances: u64) -> (Mode, Rate) {
-    let rate = plan.info.rate;
-    if plan.store_down && plan.info.fallback == Fallback::LocalShare {
-        let share = Rate {
-            requests_per_unit: (rate.requests_per_unit / instances).max(1),
-            unit: rate.unit,
-            burst: (rate.burst / instances).max(1),
+        let terms: SmallVec<[_; 4]> = plan.charges.iter().map(|c| c.terms(instances)).collect();
+        // Charges are distinct buckets in address order: a fixed lock order.
+        let mut guards: SmallVec<[_; 4]> = plan.charges.iter().map(|c| c.bucket.lock()).collect();
+        let mut states: SmallVec<[&mut LeaseState; 4]> =
+            guards.iter_mut().map(|g| &mut **g).collect();
+        let (allowed, verdicts) = match ledger::settle(&terms, &mut states, now, may_retry) {
+            Settlement::LeaseAgain => return None,
+            Settlement::Settled { allowed, verdicts } => (allowed, verdicts),
         };
-        (Mode::Local, share)
-    } else {
-        (plan.info.mode, rate)
+        drop(states);
+        drop(guards);
+        for (d, at) in plan.by_descriptor.iter().enumerate() {
+            let Some(at) = *at else { continue };
+            let (charge, v) = (&plan.charges[at], &verdicts[at]);
+            let shadow = charge.info.shadow;
+            let reported = v.denial.filter(|_| !shadow);
+            outcomes[d] = DescriptorOutcome {
+                code: if reported.is_some() {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                },
+                limit: Some(charge.info),
+                remaining: v.remaining.floor() as u64,
+                until_full: Duration::from_micros(v.until_full),
+                retry_after: v
+                    .retry_after
+                    .filter(|_| reported.is_some())
+                    .map(Duration::from_micros),
+                denial: v.denial,
+                shadow_over_limit: shadow && v.denial.is_some(),
+                fallback: v.fallback,
+            };
+        }
+        for (charge, v) in plan.charges.iter().zip(&verdicts) {
+            if v.refill_ahead {
+                self.leaser.refill_ahead(
+                    Arc::clone(&charge.bucket),
+                    &req.descriptors[charge.descriptor],
+                    now,
+                );
+            }
+        }
+        // Over the limit if any descriptor is (then nothing was charged).
+        Some(if allowed { Code::Ok } else { Code::OverLimit })
     }
-}
 
-/// A stable identity for a caller-supplied limit override in `domain`.
-fn override_identity(domain: &str, rate: &Rate) -> u64 {
-    let text = format!(
-        "override\u{0}{domain}\u{0}{}\u{0}{}",
-        rate.requests_per_unit, rate.unit
-    );
-    sluice_core::hash::fnv1a_of(text.as_bytes())
+    /// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
+    pub async fn quota(&self, domain: &str, entries: &[Entry]) -> QuotaView {
+        let store = Arc::clone(self.store());
+        quota::view(
+            self.rules(),
+            &self.table,
+            &*store,
+            self.now(),
+            domain,
+            entries,
+        )
+        .await
+    }
+
+    /// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's
+    /// state for the key. Returns the matched rule's label, or `None` if no limited rule matches.
+    pub async fn reset(
+        &self,
+        domain: &str,
+        entries: &[Entry],
+    ) -> Result<Option<String>, StoreError> {
+        let store = Arc::clone(self.store());
+        quota::reset(&self.rules(), &self.table, &*store, domain, entries).await
+    }
+
+    /// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
+    /// and values prefix (empty filters match everything).
+    pub fn tracked(&self, domain: &str, rule: &str, prefix: &str) -> Vec<TrackedKey> {
+        quota::tracked(&self.rules(), &self.table, self.now(), domain, rule, prefix)
+    }
+
+    /// Runs [`sweep`](Self::sweep) periodically until `shutdown` resolves; then stops background
+    /// refills, waits for those in flight, and returns every lease (so none is stranded).
+    pub async fn maintain_until(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let period = self
+            .settings
+            .lease_ttl
+            .min(self.settings.idle_timeout / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tick.tick() => self.sweep().await,
+            }
+        }
+        self.leaser.stop_background().await;
+        self.return_all_leases().await;
+    }
+
+    /// Returns leases unspent for `lease_ttl` and evicts keys idle for `idle_timeout` whose state
+    /// is at rest.
+    pub async fn sweep(&self) {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let returns = self.table.sweep(
+            self.now(),
+            micros(self.settings.idle_timeout),
+            micros(self.settings.lease_ttl),
+        );
+        self.leaser.return_tokens(returns).await;
+        self.store().housekeeping();
+    }
+
+    /// Returns every lease this instance holds (at shutdown).
+    pub async fn return_all_leases(&self) {
+        self.leaser
+            .return_tokens(self.table.take_all_leases())
+            .await;
+    }
 }
 
 #[cfg(test)]

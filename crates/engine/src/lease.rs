@@ -1,17 +1,23 @@
-//! Getting tokens from the global store: one lease call per key at a time, sized to demand, with
-//! a background refill before a busy key's lease runs dry.
+//! The engine's side of the global store: one lease call per key at a time, sized to demand, a
+//! background refill before a busy key's lease runs dry, and leases handed back. Every store call
+//! of the engine is made here; every background task is owned by [`Leaser::tasks`].
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::Descriptor;
 use sluice_core::config::Mode;
-use sluice_core::{Descriptor, Entry};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::bucket::LeaseBucket;
-use crate::engine::{EngineSettings, Plan};
+use crate::decision::EngineSettings;
 use crate::key;
+use crate::ledger::StoreStatus;
 use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome};
+use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, StoreError};
+use crate::table::Return;
 
 /// How many single-flight locks the keys share (a power of two).
 const FLIGHTS: usize = 4096;
@@ -20,13 +26,18 @@ const FLIGHTS: usize = 4096;
 pub(crate) struct Leaser {
     pub(crate) store: Arc<dyn GlobalStore>,
     pub(crate) metrics: EngineMetrics,
-    pub(crate) settings: EngineSettings,
+    settings: EngineSettings,
     /// Single flight: a store call for a key holds its key's lock, so concurrent requests on an
     /// empty lease wait for that call instead of each calling the store. Keys share a fixed set
     /// of locks (by bucket address) instead of owning one each: a lock per key cost ~70 bytes of
     /// every tracked key. Two keys on one lock only queue their store calls (≤ the store
     /// timeout); each still checks its own lease after the wait.
     flights: Box<[Arc<tokio::sync::Mutex<()>>]>,
+    /// Background refills and lease returns: shutdown waits for them before it hands every
+    /// lease back, so no refill lands after the last return and strands its tokens.
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled at shutdown: no new background work starts.
+    pub(crate) stopping: CancellationToken,
 }
 
 impl Leaser {
@@ -41,6 +52,8 @@ impl Leaser {
             metrics,
             settings,
             flights: (0..FLIGHTS).map(|_| Arc::default()).collect(),
+            tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -51,61 +64,69 @@ impl Leaser {
         &self.flights[(h >> (64 - FLIGHTS.trailing_zeros())) as usize]
     }
 
-    /// Asks the store for tokens where a lease cannot cover this request's hits (strict, exact),
-    /// and reads the global bucket for peeks on keys never read. Marks plans whose store failed.
-    pub(crate) async fn ensure(&self, plans: &mut [Plan], descriptors: &[Descriptor], now: u64) {
-        for i in 0..plans.len() {
-            if plans[i].info.mode == Mode::Local
-                || plans[..i]
-                    .iter()
-                    .any(|p| Arc::ptr_eq(&p.bucket, &plans[i].bucket))
-            {
+    /// Asks the store for tokens where a lease cannot cover a charge (strict, exact), and reads
+    /// the global bucket for peeks on keys never read; records each charge's store status. A
+    /// request that some bucket can never pay makes no store call at all.
+    pub(crate) async fn ensure(&self, plan: &mut Plan, descriptors: &[Descriptor], now: u64) {
+        if plan.hopeless() {
+            return;
+        }
+        for charge in plan.charges.iter_mut() {
+            if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up {
                 continue;
             }
-            // Hits of every plan on this same bucket (a request may repeat a descriptor).
-            let bucket = Arc::clone(&plans[i].bucket);
-            let needed: u64 = plans
-                .iter()
-                .filter(|p| Arc::ptr_eq(&p.bucket, &bucket))
-                .map(|p| p.hits)
-                .sum();
-            if self.covered(&bucket, plans[i].info.mode, needed, now) {
+            let bucket = Arc::clone(&charge.bucket);
+            if self.covered(&bucket, charge.info.mode, charge.hits, now) {
                 continue;
             }
             // Single flight: one store call per key at a time; the others wait for its result
             // (bounded by the store's timeout) and then spend from the lease it brought.
             let _flight = self.flight(&bucket).lock().await;
-            if self.covered(&bucket, plans[i].info.mode, needed, now) {
+            if self.covered(&bucket, charge.info.mode, charge.hits, now) {
                 continue;
             }
-            let store_key = key::store_key(bucket.identity, &descriptors[plans[i].index].entries);
-            let down = if needed == 0 {
+            let store_key =
+                key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
+            let failed = if charge.hits == 0 {
                 self.peek(&bucket, &store_key).await
             } else {
-                let (missing, demand) = {
-                    let state = bucket.lock();
-                    (needed.saturating_sub(state.lease), state.demand_per_sec)
-                };
-                let want = self.lease_size(plans[i].info.mode, bucket.rate.burst, missing, demand);
-                self.lease(&bucket, &store_key, want, needed, now).await
+                self.lease_for(charge, &store_key, now).await
             };
-            if down {
-                for p in plans.iter_mut().filter(|p| Arc::ptr_eq(&p.bucket, &bucket)) {
-                    p.store_down = true;
-                }
+            if let Some(e) = failed {
+                charge.store = match e {
+                    StoreError::Full => StoreStatus::NoRoom,
+                    _ => StoreStatus::Down {
+                        fallback: charge.info.fallback,
+                        instances: 1,
+                    },
+                };
             }
         }
     }
 
-    /// Whether no store call is needed: the lease covers `needed`, a starved key waits for
+    /// Whether no store call is needed: the lease covers `hits`, a starved key waits for
     /// refill, or a peek already knows the global level.
-    fn covered(&self, bucket: &LeaseBucket, mode: Mode, needed: u64, now: u64) -> bool {
+    fn covered(&self, bucket: &LeaseBucket, mode: Mode, hits: u64, now: u64) -> bool {
         let state = bucket.lock();
-        if needed == 0 {
+        if hits == 0 {
             state.global_known
         } else {
-            state.lease >= needed || (mode == Mode::Strict && now < state.retry_at)
+            state.lease >= hits || (mode == Mode::Strict && now < state.retry_at)
         }
+    }
+
+    /// Leases what `charge` is missing (and about a lease horizon of demand beyond it).
+    async fn lease_for(&self, charge: &Charge, store_key: &str, now: u64) -> Option<StoreError> {
+        let bucket = &charge.bucket;
+        let (missing, demand) = {
+            let state = bucket.lock();
+            (
+                charge.hits.saturating_sub(state.lease),
+                state.demand_per_sec,
+            )
+        };
+        let want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        self.lease(bucket, store_key, want, charge.hits, now).await
     }
 
     /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
@@ -120,7 +141,7 @@ impl Leaser {
         horizon.clamp(missing, cap)
     }
 
-    /// Leases `want` tokens for `bucket`; returns whether the store was unavailable.
+    /// Leases `want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill ahead).
     async fn lease(
         &self,
         bucket: &LeaseBucket,
@@ -128,48 +149,47 @@ impl Leaser {
         want: u64,
         needed: u64,
         now: u64,
-    ) -> bool {
+    ) -> Option<StoreError> {
         let started = Instant::now();
         let result = self.store.lease(store_key, bucket.rate, want).await;
         self.observe(StoreOp::Lease, started, &result);
-        match result {
-            Ok(grant) => {
-                self.metrics.tokens_granted(grant.granted);
-                let mut state = bucket.lock();
-                state.add_grant(grant.granted, grant.remaining, want, now);
-                if grant.granted < want {
-                    // Starved: global demand is above the limit (we got less than we asked for).
-                    // Spend what came, then deny locally while tokens refill in the global bucket
-                    // (up to the burst, so nothing is lost) instead of asking on every request:
-                    // a remote store is asked again after one lease horizon, or later if the
-                    // tokens this request needs take longer to refill (at most `lease_ttl`); the
-                    // in-process store as soon as they are due.
-                    let missing = needed.saturating_sub(state.lease).max(1);
-                    let until = bucket
-                        .rate
-                        .micros_until(grant.remaining, missing as f64)
-                        .unwrap_or(u64::MAX);
-                    let horizon = self.settings.lease_horizon.as_micros() as u64;
-                    // Never longer than `lease_ttl`, so a reset or a returned lease is seen soon.
-                    let ttl = self.settings.lease_ttl.as_micros() as u64;
-                    let wait = if self.store.is_in_process() {
-                        until.max(1)
-                    } else {
-                        until.max(horizon).min(ttl.max(horizon))
-                    };
-                    state.retry_at = now.saturating_add(wait);
-                }
-                false
-            }
+        let grant = match result {
+            Ok(grant) => grant,
             Err(e) => {
                 tracing::debug!(store = self.store.name(), error = %e, "lease failed; the rule's fallback applies");
-                true
+                return Some(e);
             }
+        };
+        self.metrics.tokens_granted(grant.granted);
+        let mut state = bucket.lock();
+        state.add_grant(grant.granted, grant.remaining, want, now);
+        if grant.granted < want {
+            // Starved: global demand is above the limit (we got less than we asked for). Spend
+            // what came, then deny locally while tokens refill in the global bucket (up to the
+            // burst, so nothing is lost) instead of asking on every request: a remote store is
+            // asked again after one lease horizon, or later if the tokens this request needs
+            // take longer to refill; the in-process store as soon as they are due. Never later
+            // than `lease_ttl`, so a reset, a returned lease or a rate that never refills is
+            // seen again soon, and a key can always lease again (no lockout).
+            let missing = needed.saturating_sub(state.lease).max(1);
+            let until = bucket
+                .rate
+                .micros_until(grant.remaining, missing as f64)
+                .unwrap_or(u64::MAX);
+            let horizon = micros(self.settings.lease_horizon);
+            let ttl = micros(self.settings.lease_ttl).max(horizon);
+            let wait = if self.store.is_in_process() {
+                until.max(1)
+            } else {
+                until.max(horizon)
+            };
+            state.retry_at = now.saturating_add(wait.min(ttl));
         }
+        None
     }
 
-    /// Reads the global bucket for a peek; returns whether the store was unavailable.
-    async fn peek(&self, bucket: &LeaseBucket, store_key: &str) -> bool {
+    /// Reads the global bucket for a peek.
+    async fn peek(&self, bucket: &LeaseBucket, store_key: &str) -> Option<StoreError> {
         let started = Instant::now();
         let result = self.store.peek(store_key, bucket.rate).await;
         self.observe(StoreOp::Peek, started, &result);
@@ -178,21 +198,21 @@ impl Leaser {
                 let mut state = bucket.lock();
                 state.global_remaining = tokens;
                 state.global_known = true;
-                false
+                None
             }
-            Err(_) => true,
+            Err(e) => Some(e),
         }
     }
 
-    /// Refills a busy key's lease in the background before it runs dry (skipped if a call for
-    /// this key is already in flight, the store is degraded, or there is no runtime).
-    pub(crate) fn prefetch(
+    /// Refills a busy key's lease in the background before it runs dry (skipped at shutdown, if
+    /// a call for this key is already in flight, the store is degraded, or there is no runtime).
+    pub(crate) fn refill_ahead(
         self: &Arc<Self>,
         bucket: Arc<LeaseBucket>,
-        entries: &[Entry],
+        descriptor: &Descriptor,
         now: u64,
     ) {
-        if self.store.degraded() {
+        if self.store.degraded() || self.stopping.is_cancelled() {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -202,31 +222,77 @@ impl Leaser {
             return;
         };
         // Made only once a refill will really run (the key's store call is not already in flight).
-        let store_key = key::store_key(bucket.identity, entries);
+        let store_key = key::store_key(bucket.identity, &descriptor.entries);
         let leaser = Arc::clone(self);
-        handle.spawn(async move {
-            let _flight = flight;
-            let (want, low) = {
-                let state = bucket.lock();
-                let want =
-                    leaser.lease_size(Mode::Strict, bucket.rate.burst, 1, state.demand_per_sec);
-                (want, state.lease_is_low())
-            };
-            if low {
-                leaser.lease(&bucket, &store_key, want, 0, now).await;
+        self.tasks.spawn_on(
+            async move {
+                let _flight = flight;
+                let (want, low) = {
+                    let state = bucket.lock();
+                    let want =
+                        leaser.lease_size(Mode::Strict, bucket.rate.burst, 1, state.demand_per_sec);
+                    (want, state.lease_is_low())
+                };
+                if low {
+                    leaser.lease(&bucket, &store_key, want, 0, now).await;
+                }
+            },
+            &handle,
+        );
+    }
+
+    /// Hands tokens back to the global store in the background (evictions while deciding).
+    pub(crate) fn return_later(self: &Arc<Self>, returns: Vec<Return>) {
+        if returns.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let leaser = Arc::clone(self);
+        self.tasks
+            .spawn_on(async move { leaser.return_tokens(returns).await }, &handle);
+    }
+
+    /// Hands tokens back to the global store, counting them.
+    pub(crate) async fn return_tokens(&self, returns: Vec<Return>) {
+        for r in returns {
+            let started = Instant::now();
+            let result = self.store.release(&r.store_key, r.rate, r.tokens).await;
+            self.observe(StoreOp::Release, started, &result);
+            match result {
+                Ok(()) => self.metrics.tokens_returned(r.tokens),
+                // Lost tokens only make the limit stricter for a while; never over-admit.
+                Err(e) => {
+                    tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+                }
             }
-        });
+        }
+    }
+
+    /// Stops background work: no new refill starts, and the ones in flight finish (each bounded
+    /// by the store timeout).
+    pub(crate) async fn stop_background(&self) {
+        self.stopping.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// Counts a store call by operation and outcome, with its latency.
-    pub(crate) fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
+    fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
         let outcome = match result {
             Ok(_) => StoreOutcome::Ok,
             Err(StoreError::Timeout) => StoreOutcome::Timeout,
             Err(StoreError::Unavailable(_)) => StoreOutcome::Unavailable,
+            Err(StoreError::Full) => StoreOutcome::Full,
             Err(StoreError::Protocol(_)) => StoreOutcome::Error,
         };
         self.metrics
             .observe_store_call(op, outcome, started.elapsed().as_secs_f64());
     }
+}
+
+/// A duration in microseconds, saturating (config bounds durations, but never wrap here).
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -4,31 +4,42 @@
 //! the [`GlobalStore`] is asked only to grant or take back leases, off the common path.
 //!
 //! # Layout
+//! A decision flows down this list; each module uses only the ones above it.
 //! - [`store`]: the [`GlobalStore`] trait (the global buckets) and its error type.
-//! - [`memory`]: [`MemoryStore`], the embedded in-memory global store (the default).
-//! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key.
-//! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's local state.
-//! - [`decision`]: requests, decisions and outcomes; [`EngineSettings`].
-//! - [`engine`]: [`Engine`], the decision procedure (all-or-nothing across descriptors).
-//! - `lease`: single-flight lease calls, lease sizing, background refill.
-//! - [`maintenance`]: lease return, idle eviction and the `max_keys` bound.
-//! - [`metrics`]: the engine's Prometheus series.
+//! - [`memory`]: [`MemoryStore`], the embedded in-memory global store (the default), bounded.
+//! - [`decision`]: what the engine is asked and answers: requests, outcomes, [`Denial`]s;
+//!   [`EngineSettings`].
+//! - [`ledger`]: pure: a key's [`LeaseState`](ledger::LeaseState) and [`settle`](ledger::settle),
+//!   which charges a request's buckets all or none. The only place tokens are spent.
+//! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key and a store key.
+//! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's state behind its lock.
+//! - `plan`: a request's distinct buckets with their summed hits.
+//! - `table`: the tracked keys, bounded by `max_keys`, evicting only keys at rest.
+//! - `lease`: every store call: single-flight leases, lease sizing, background refills and
+//!   returns (owned by a task tracker).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
+//! - [`metrics`]: the engine's Prometheus series.
+//! - [`engine`]: [`Engine`], which runs a decision through the modules above.
+//!
+//! `docs/architecture.md` follows a request through these modules and lists the invariants.
 
 pub mod bucket;
 pub mod decision;
 pub mod engine;
 pub mod key;
 mod lease;
-pub mod maintenance;
+pub mod ledger;
 pub mod memory;
 pub mod metrics;
+mod plan;
 pub mod quota;
 pub mod store;
+mod table;
 
-pub use engine::{
-    Code, Decision, DescriptorOutcome, Engine, EngineSettings, LimitInfo, RateLimitRequest,
+pub use decision::{
+    Code, Decision, Denial, DescriptorOutcome, EngineSettings, LimitInfo, RateLimitRequest,
 };
+pub use engine::Engine;
 pub use memory::MemoryStore;
 pub use metrics::{EngineMetrics, StoreOp, StoreOutcome};
 pub use store::{GlobalStore, LeaseGrant, StoreError};

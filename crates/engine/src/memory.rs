@@ -2,15 +2,20 @@
 //!
 //! It is what sluice runs on with no Redis configured, and it keeps the lease path exercised:
 //! the engine leases from it exactly as it leases from Redis.
+//!
+//! It holds at most `max_keys` buckets. A full bucket is the same as an absent one, so full
+//! buckets are dropped (by housekeeping, and whenever room is needed); when every bucket held is
+//! below full, a new key is refused ([`StoreError::Full`]) rather than a limit reset.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use sluice_core::Clock;
 use sluice_core::bucket::{BucketState, Rate};
 
-use crate::store::{GlobalStore, LeaseGrant, StoreFuture};
+use crate::store::{GlobalStore, LeaseGrant, StoreError, StoreFuture};
 
 /// Global buckets in a [`DashMap`], timed by the injected clock.
 #[derive(Debug)]
@@ -21,6 +26,11 @@ pub struct MemoryStore<C: Clock> {
     buckets: DashMap<KeyId, (Rate, BucketState), foldhash::fast::RandomState>,
     /// Two independently, randomly keyed SipHash functions: together a 128-bit key id.
     ids: (RandomState, RandomState),
+    /// Most buckets held at once.
+    max_keys: usize,
+    /// When a purge left the store full: the earliest time a bucket can be full again, so new
+    /// keys before then are refused without scanning again.
+    no_room_until: AtomicU64,
 }
 
 /// A store key's 128-bit keyed hash. Keys come from request data, so they are hashed with
@@ -29,23 +39,38 @@ pub struct MemoryStore<C: Clock> {
 type KeyId = u128;
 
 impl<C: Clock> MemoryStore<C> {
-    /// An empty store.
+    /// An empty store with no bound on its size (tests, benchmarks).
     pub fn new(clock: C) -> Arc<Self> {
+        Self::with_max_keys(clock, usize::MAX)
+    }
+
+    /// An empty store holding at most `max_keys` buckets.
+    pub fn with_max_keys(clock: C, max_keys: usize) -> Arc<Self> {
         Arc::new(Self {
             clock,
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             ids: (RandomState::new(), RandomState::new()),
+            max_keys,
+            no_room_until: AtomicU64::new(0),
         })
     }
 
-    /// Drops buckets that have refilled to full: they are the same as absent ones.
-    pub fn purge_full(&self) {
+    /// Drops buckets that have refilled to full: they are the same as absent ones. Returns the
+    /// earliest time one of the others will be full.
+    pub fn purge_full(&self) -> u64 {
         let now = self.clock.now_micros();
+        let mut next_full = u64::MAX;
         self.buckets.retain(|_, (rate, state)| {
             let mut s = *state;
             s.refill(rate, now);
-            s.tokens < rate.burst as f64
+            let full = s.tokens >= rate.burst as f64;
+            if !full {
+                let until = rate.micros_until_full(s.tokens);
+                next_full = next_full.min(now.saturating_add(until.max(1)));
+            }
+            !full
         });
+        next_full
     }
 
     /// How many global buckets are held.
@@ -62,37 +87,65 @@ impl<C: Clock> MemoryStore<C> {
         (u128::from(self.ids.0.hash_one(key)) << 64) | u128::from(self.ids.1.hash_one(key))
     }
 
+    /// Whether a new bucket fits (dropping full ones if needed).
+    fn has_room(&self, now: u64) -> bool {
+        if self.buckets.len() < self.max_keys {
+            return true;
+        }
+        if now < self.no_room_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        let next_full = self.purge_full();
+        let room = self.buckets.len() < self.max_keys;
+        if !room {
+            self.no_room_until.store(next_full, Ordering::Relaxed);
+        }
+        room
+    }
+
+    /// Runs `f` on the bucket at `key`, refilled to now; an absent bucket is created full if
+    /// `create` and there is room (else `f` is not run).
     fn with_bucket<T>(
         &self,
         key: &str,
         rate: &Rate,
+        create: bool,
         f: impl FnOnce(&mut BucketState, u64) -> T,
-    ) -> T {
+    ) -> Option<T> {
         let now = self.clock.now_micros();
+        let id = self.id(key);
+        if let Some(mut entry) = self.buckets.get_mut(&id) {
+            let (stored_rate, state) = entry.value_mut();
+            *stored_rate = *rate;
+            return Some(f(state, now));
+        }
+        if !create || !self.has_room(now) {
+            return None;
+        }
         let mut entry = self
             .buckets
-            .entry(self.id(key))
+            .entry(id)
             .or_insert_with(|| (*rate, BucketState::full(rate, now)));
         let (stored_rate, state) = entry.value_mut();
         *stored_rate = *rate;
-        f(state, now)
+        Some(f(state, now))
     }
 }
 
 impl<C: Clock> GlobalStore for MemoryStore<C> {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        let grant = self.with_bucket(key, &rate, |b, now| {
+        let grant = self.with_bucket(key, &rate, true, |b, now| {
             let granted = b.take_up_to(&rate, now, want);
             LeaseGrant {
                 granted,
                 remaining: b.tokens,
             }
         });
-        Box::pin(async move { Ok(grant) })
+        Box::pin(async move { grant.ok_or(StoreError::Full) })
     }
 
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.with_bucket(key, &rate, |b, now| b.give_back(&rate, now, tokens));
+        self.with_bucket(key, &rate, false, |b, now| b.give_back(&rate, now, tokens));
         Box::pin(async { Ok(()) })
     }
 

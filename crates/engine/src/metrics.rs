@@ -17,6 +17,9 @@ pub struct EngineMetrics {
     pub lease_tokens: IntCounterVec,
     /// `sluice_evictions_total{reason}`: keys dropped (idle, capacity).
     pub evictions: IntCounterVec,
+    /// `sluice_keys_refused_total`: new keys not tracked because `max_keys` was reached and no
+    /// tracked key was at rest (their requests were denied).
+    pub keys_refused: IntCounter,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
     ops: [OpSeries; 3],
@@ -47,14 +50,16 @@ pub enum StoreOutcome {
     Unavailable = 2,
     /// Answered with an error.
     Error = 3,
+    /// No room for a new key (the embedded store at `max_keys`).
+    Full = 4,
 }
 
 const OPS: [&str; 3] = ["lease", "release", "peek"];
-const OUTCOMES: [&str; 4] = ["ok", "timeout", "unavailable", "error"];
+const OUTCOMES: [&str; 5] = ["ok", "timeout", "unavailable", "error", "full"];
 
 #[derive(Debug, Clone)]
 struct OpSeries {
-    calls: [IntCounter; 4],
+    calls: [IntCounter; 5],
     latency: Histogram,
 }
 
@@ -103,12 +108,17 @@ impl EngineMetrics {
                 Opts::new("sluice_evictions_total", "Bucket keys evicted, by reason"),
                 &["reason"],
             )?,
+            keys_refused: IntCounter::new(
+                "sluice_keys_refused_total",
+                "New keys not tracked (and denied) because max_keys was reached and no tracked key was at rest",
+            )?,
         };
         registry.register(Box::new(m.tracked_keys.clone()))?;
         registry.register(Box::new(m.store_calls.clone()))?;
         registry.register(Box::new(m.store_latency.clone()))?;
         registry.register(Box::new(m.lease_tokens.clone()))?;
         registry.register(Box::new(m.evictions.clone()))?;
+        registry.register(Box::new(m.keys_refused.clone()))?;
         Ok(m)
     }
 

@@ -8,9 +8,9 @@ use sluice_core::config::Mode;
 use sluice_core::rules::{Limit, Match, Rule};
 use sluice_core::{Entry, RuleSet};
 
-use crate::engine::Engine;
 use crate::key;
-use crate::store::StoreError;
+use crate::store::{GlobalStore, StoreError};
+use crate::table::BucketTable;
 
 /// One key's quota, as this instance sees it.
 #[derive(Debug, Clone)]
@@ -60,118 +60,121 @@ pub struct TrackedKey {
     pub idle: Duration,
 }
 
-impl Engine {
-    /// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
-    pub async fn quota(&self, domain: &str, entries: &[Entry]) -> QuotaView {
-        let rules = self.rules();
-        let now = self.now();
-        let mut view = QuotaView {
-            rules: Arc::clone(&rules),
-            rule: None,
-            unknown_domain: false,
-            global_remaining: None,
-            store_error: None,
-            local_lease: 0,
-            until_full: Duration::ZERO,
-            tracked: false,
-            degraded: self.store().degraded(),
-        };
-        let rule = match rules.match_descriptor(domain, entries) {
-            Match::UnknownDomain => {
-                view.unknown_domain = true;
-                return view;
-            }
-            Match::NoRule => return view,
-            Match::Rule(rule) => rule,
-        };
-        view.rule = Some(rule.id);
-        let Limit::Limited { rate, mode, .. } = rule.limit else {
+/// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
+pub(crate) async fn view(
+    rules: Arc<RuleSet>,
+    table: &BucketTable,
+    store: &dyn GlobalStore,
+    now: u64,
+    domain: &str,
+    entries: &[Entry],
+) -> QuotaView {
+    let mut view = QuotaView {
+        rules: Arc::clone(&rules),
+        rule: None,
+        unknown_domain: false,
+        global_remaining: None,
+        store_error: None,
+        local_lease: 0,
+        until_full: Duration::ZERO,
+        tracked: false,
+        degraded: store.degraded(),
+    };
+    let rule = match rules.match_descriptor(domain, entries) {
+        Match::UnknownDomain => {
+            view.unknown_domain = true;
             return view;
-        };
-        let bucket = key::with_encoded(rule.fingerprint, entries, |k| {
-            self.buckets.get(k).map(|b| Arc::clone(b.value()))
-        });
-        if let Some(b) = &bucket {
-            view.tracked = true;
-            let state = b.lock();
-            view.local_lease = state.lease;
-            if mode == Mode::Local {
-                view.global_remaining = Some(state.remaining(mode, &rate, now));
-            }
         }
+        Match::NoRule => return view,
+        Match::Rule(rule) => rule,
+    };
+    view.rule = Some(rule.id);
+    let Limit::Limited { rate, mode, .. } = rule.limit else {
+        return view;
+    };
+    if let Some(b) = table.get(rule.fingerprint, entries) {
+        view.tracked = true;
+        let state = b.lock();
+        view.local_lease = state.lease;
         if mode == Mode::Local {
-            let tokens = view
-                .global_remaining
-                .unwrap_or_else(|| BucketState::full(&rate, now).tokens);
+            view.global_remaining = Some(state.remaining(mode, &rate, now));
+        }
+    }
+    if mode == Mode::Local {
+        let tokens = view
+            .global_remaining
+            .unwrap_or_else(|| BucketState::full(&rate, now).tokens);
+        view.global_remaining = Some(tokens);
+        view.until_full = until_full(&rate, tokens);
+        return view;
+    }
+    let store_key = key::store_key(rule.fingerprint, entries);
+    match store.peek(&store_key, rate).await {
+        Ok(tokens) => {
             view.global_remaining = Some(tokens);
-            view.until_full = until_full(&rate, tokens);
-            return view;
+            view.until_full = until_full(&rate, tokens + view.local_lease as f64);
         }
-        let store_key = key::store_key(rule.fingerprint, entries);
-        match self.store().peek(&store_key, rate).await {
-            Ok(tokens) => {
-                view.global_remaining = Some(tokens);
-                view.until_full = until_full(&rate, tokens + view.local_lease as f64);
-            }
-            Err(e) => view.store_error = Some(e),
-        }
-        view
+        Err(e) => view.store_error = Some(e),
     }
+    view
+}
 
-    /// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's
-    /// state for the key. Returns the matched rule's label, or `None` if no limited rule matches.
-    pub async fn reset(
-        &self,
-        domain: &str,
-        entries: &[Entry],
-    ) -> Result<Option<String>, StoreError> {
-        let rules = self.rules();
-        let Match::Rule(rule) = rules.match_descriptor(domain, entries) else {
-            return Ok(None);
-        };
-        let Limit::Limited { mode, .. } = rule.limit else {
-            return Ok(None);
-        };
-        if mode != Mode::Local {
-            self.store()
-                .reset(&key::store_key(rule.fingerprint, entries))
-                .await?;
-        }
-        key::with_encoded(rule.fingerprint, entries, |k| self.buckets.remove(k));
-        self.metrics.tracked_keys.set(self.buckets.len() as i64);
-        Ok(Some(rule.label.clone()))
+/// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's
+/// state for the key. Returns the matched rule's label, or `None` if no limited rule matches.
+pub(crate) async fn reset(
+    rules: &RuleSet,
+    table: &BucketTable,
+    store: &dyn GlobalStore,
+    domain: &str,
+    entries: &[Entry],
+) -> Result<Option<String>, StoreError> {
+    let Match::Rule(rule) = rules.match_descriptor(domain, entries) else {
+        return Ok(None);
+    };
+    let Limit::Limited { mode, .. } = rule.limit else {
+        return Ok(None);
+    };
+    if mode != Mode::Local {
+        store
+            .reset(&key::store_key(rule.fingerprint, entries))
+            .await?;
     }
+    table.remove(rule.fingerprint, entries);
+    Ok(Some(rule.label.clone()))
+}
 
-    /// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
-    /// and values prefix (empty filters match everything).
-    pub fn tracked(&self, domain: &str, rule: &str, prefix: &str) -> Vec<TrackedKey> {
-        let rules = self.rules();
-        let now = self.now();
-        let mut out: Vec<TrackedKey> = self
-            .buckets
-            .iter()
-            .filter_map(|entry| {
-                let b = entry.value();
-                let owner = rules.rules().iter().find(|r| r.fingerprint == b.identity);
-                let (d, r) = owner.map_or(("", ""), |r| (r.domain.as_str(), r.label.as_str()));
-                let store_key = key::store_key_of(entry.key());
-                let values = key::values_of(&store_key);
-                let keep = (domain.is_empty() || d == domain)
-                    && (rule.is_empty() || r == rule)
-                    && values.starts_with(prefix);
-                keep.then(|| TrackedKey {
-                    domain: d.to_string(),
-                    rule: r.to_string(),
-                    values: values.to_string(),
-                    mode: b.mode,
-                    local_lease: b.lock().lease,
-                    idle: Duration::from_micros(now.saturating_sub(b.last_used())),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| (&a.domain, &a.rule, &a.values).cmp(&(&b.domain, &b.rule, &b.values)));
-        out
-    }
+/// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
+/// and values prefix (empty filters match everything).
+pub(crate) fn tracked(
+    rules: &RuleSet,
+    table: &BucketTable,
+    now: u64,
+    domain: &str,
+    rule: &str,
+    prefix: &str,
+) -> Vec<TrackedKey> {
+    let mut out = Vec::new();
+    table.for_each(|key, b| {
+        let owner = rules.rules().iter().find(|r| r.fingerprint == b.identity);
+        let (d, r) = owner.map_or(("", ""), |r| (r.domain.as_str(), r.label.as_str()));
+        let store_key = key::store_key_of(key);
+        let values = key::values_of(&store_key);
+        let keep = (domain.is_empty() || d == domain)
+            && (rule.is_empty() || r == rule)
+            && values.starts_with(prefix);
+        if keep {
+            out.push(TrackedKey {
+                domain: d.to_string(),
+                rule: r.to_string(),
+                values: values.to_string(),
+                mode: b.mode,
+                local_lease: b.lock().lease,
+                idle: Duration::from_micros(now.saturating_sub(b.last_used())),
+            });
+        }
+    });
+    out.sort_by(|a, b| (&a.domain, &a.rule, &a.values).cmp(&(&b.domain, &b.rule, &b.values)));
+    out
 }
 
 fn until_full(rate: &Rate, tokens: f64) -> Duration {

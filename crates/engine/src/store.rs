@@ -30,13 +30,10 @@ pub enum StoreError {
     /// The store answered with something this version does not understand.
     #[error("global store protocol error: {0}")]
     Protocol(String),
-}
-
-impl StoreError {
-    /// Whether retrying later may succeed (every error but a protocol mismatch).
-    pub fn is_transient(&self) -> bool {
-        !matches!(self, StoreError::Protocol(_))
-    }
+    /// The store holds as many buckets as it may and none can be dropped without resetting a
+    /// limit (the embedded store's `max_keys`): a new key cannot be tracked now.
+    #[error("global store full: no room for a new key")]
+    Full,
 }
 
 /// The global token buckets, shared by every sluice instance (Redis), or by one (in memory).
@@ -47,10 +44,12 @@ impl StoreError {
 /// after which the caller cannot know whether the call was applied (a lease may be lost, never
 /// granted twice: strict mode stays under the limit).
 pub trait GlobalStore: Send + Sync + 'static {
-    /// Refills the bucket at `key` and takes `min(want, whole tokens)`.
+    /// Refills the bucket at `key` and takes `min(want, whole tokens)`. A store with bounded
+    /// room answers [`StoreError::Full`] for a key it cannot hold.
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant>;
 
-    /// Refills the bucket at `key` and puts `tokens` back, capped at the burst.
+    /// Refills the bucket at `key` and puts `tokens` back, capped at the burst (an absent bucket
+    /// is full: nothing changes).
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()>;
 
     /// The bucket's tokens after a refill, without changing it.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::load_config;
+use crate::config::parse_config;
 use std::collections::HashMap;
 
 #[derive(Default)]
@@ -52,10 +52,7 @@ maps:
 "#;
 
 fn plan(text: &str) -> AuthzPlan {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("sluice.yaml");
-    std::fs::write(&path, text).expect("write");
-    load_config(&path).expect("loads").authz.expect("authz")
+    parse_config(text).expect("loads").authz.expect("authz")
 }
 
 fn pairs(d: &Descriptor) -> Vec<(String, String)> {
@@ -121,19 +118,11 @@ fn a_map_without_default_skips_unknown_values() {
 
 #[test]
 fn authz_errors_name_the_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("sluice.yaml");
-    std::fs::write(&path, CONFIG.replace("map: tiers", "map: tears")).expect("write");
-    let e = load_config(&path).expect_err("unknown map");
+    let e = parse_config(&CONFIG.replace("map: tiers", "map: tears")).expect_err("unknown map");
     assert!(e.message.contains("map 'tears'") && e.line == 12, "{e}");
-    std::fs::write(
-        &path,
-        CONFIG.replace("domain: edge\n  trusted", "domain: nowhere\n  trusted"),
-    )
-    .expect("write");
-    let e = load_config(&path).expect_err("unknown domain");
+    let e = parse_config(&CONFIG.replace("domain: edge\n  trusted", "domain: nowhere\n  trusted"))
+        .expect_err("unknown domain");
     assert!(e.message.contains("nowhere") && e.line == 8, "{e}");
-    std::fs::write(&path, CONFIG.replace("from: path", "from: paht")).expect("write");
-    let e = load_config(&path).expect_err("unknown source");
+    let e = parse_config(&CONFIG.replace("from: path", "from: paht")).expect_err("unknown source");
     assert_eq!(e.line, 12, "{e}");
 }

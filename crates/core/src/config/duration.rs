@@ -1,4 +1,7 @@
 //! Human-readable durations in config: `250us`, `20ms`, `1s`, `10m`, `1h`.
+//!
+//! Every duration is at most [`MAX_DURATION`], so arithmetic on it (`3 × heartbeat_interval`,
+//! microseconds in a `u64`) can never overflow; a longer one is an error where it is written.
 
 use std::fmt;
 use std::str::FromStr;
@@ -6,9 +9,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-/// A [`Duration`] written as a number and a unit (`us`, `ms`, `s`, `m`, `h`).
+/// A [`Duration`] written as a number and a unit (`us`, `ms`, `s`, `m`, `h`), at most
+/// [`MAX_DURATION`]. In config files it must also be above zero (every duration field needs
+/// one); on the command line `0s` is allowed (it turns a feature off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);
+
+/// The longest duration sluice accepts anywhere: 365 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 impl FromStr for HumanDuration {
     type Err = String;
@@ -19,21 +27,29 @@ impl FromStr for HumanDuration {
             .find(|c: char| !c.is_ascii_digit())
             .ok_or_else(|| format!("duration '{s}' needs a unit (us, ms, s, m, h)"))?;
         let (number, unit) = s.split_at(split);
-        let n: u64 = number
-            .parse()
-            .map_err(|_| format!("duration '{s}' must start with a whole number"))?;
-        let d = match unit {
-            "us" => Duration::from_micros(n),
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3_600)),
+        let too_long = || format!("duration '{s}' is longer than the maximum of 365 days");
+        let n: u64 = match number.parse() {
+            Ok(n) => n,
+            Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => return Err(too_long()),
+            Err(_) => return Err(format!("duration '{s}' must start with a whole number")),
+        };
+        let micros_per = match unit {
+            "us" => 1,
+            "ms" => 1_000,
+            "s" => 1_000_000,
+            "m" => 60_000_000,
+            "h" => 3_600_000_000,
             _ => {
                 return Err(format!(
                     "duration '{s}' has unknown unit '{unit}' (us, ms, s, m, h)"
                 ));
             }
         };
+        let d = n
+            .checked_mul(micros_per)
+            .map(Duration::from_micros)
+            .filter(|d| *d <= MAX_DURATION)
+            .ok_or_else(too_long)?;
         Ok(HumanDuration(d))
     }
 }
@@ -54,7 +70,13 @@ impl fmt::Display for HumanDuration {
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let s = String::deserialize(deserializer)?;
-        s.parse().map_err(serde::de::Error::custom)
+        let d: HumanDuration = s.parse().map_err(serde::de::Error::custom)?;
+        if d.0.is_zero() {
+            return Err(serde::de::Error::custom(format!(
+                "duration '{s}' must be above zero"
+            )));
+        }
+        Ok(d)
     }
 }
 
@@ -76,7 +98,32 @@ mod tests {
             assert_eq!(parsed.to_string(), text);
         }
         assert!("10".parse::<HumanDuration>().is_err());
+        assert_eq!(
+            "0s".parse::<HumanDuration>(),
+            Ok(HumanDuration(Duration::ZERO))
+        );
+        assert_eq!(
+            "8760h".parse::<HumanDuration>().map(|d| d.0),
+            Ok(MAX_DURATION)
+        );
         assert!("1.5s".parse::<HumanDuration>().is_err());
         assert!("5 days".parse::<HumanDuration>().is_err());
+    }
+
+    #[test]
+    fn never_overflows_or_wraps() {
+        for text in [
+            "8761h",
+            "18446744073709551615s",
+            "18446744073709551615h",
+            "307445734561825861m",
+            "99999999999999999999999us",
+        ] {
+            let e = text.parse::<HumanDuration>().expect_err(text);
+            assert!(
+                e.contains("longer than the maximum of 365 days"),
+                "{text}: {e}"
+            );
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! A file whose top level has `domain:` is an envoyproxy/ratelimit domain file, read as it is;
 //! any other file is a sluice config file. Everything is validated before anything is returned,
 //! so a caller either gets a complete [`Config`] or the first error with its file and line.
+//!
+//! Loading is a function of what a [`Source`] hands it: [`load_config`] reads the file system
+//! (through [`FsSource`], the edge), [`parse_config`] a string, [`load_from`] anything else.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -12,7 +15,11 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_saphyr::Spanned;
 
+use super::fs::FsSource;
 use super::model::{ConfigFile, DomainFile, MapConfig};
+use super::secrets::{self, At};
+pub use super::secrets::{ResetToken, TlsMaterial};
+use super::source::{MemSource, Source};
 use super::{ConfigError, EngineSettings, RedisSettings, ResponseSettings};
 use crate::authz::{AuthzPlan, ValueMap};
 use crate::hash::{FNV_OFFSET, fnv1a};
@@ -41,16 +48,44 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// A short hash of every file's path and content, identifying this configuration.
     pub version: String,
+    /// Where `redis:` is written, for errors found after loading (the Redis client's own
+    /// URL parser runs at the edge: see [`Config::redis_error`]).
+    redis_at: (PathBuf, u64),
+}
+
+impl Config {
+    /// An error about the `redis:` section, located where it is written.
+    pub fn redis_error(&self, message: impl Into<String>) -> ConfigError {
+        let (file, line) = &self.redis_at;
+        ConfigError::at(file, *line, format!("redis: {}", message.into()))
+    }
+}
+
+/// The name `parse_config` gives its text.
+pub const INLINE_CONFIG: &str = "config.yaml";
+
+/// Parses and validates a config given as text (a sluice config file or a domain file, with
+/// nothing to include or read besides it; errors name [`INLINE_CONFIG`]).
+pub fn parse_config(text: &str) -> Result<Config, ConfigError> {
+    load_from(
+        &MemSource::new().file(INLINE_CONFIG, text),
+        Path::new(INLINE_CONFIG),
+    )
 }
 
 /// Loads and validates the configuration at `path` (a sluice config file, a domain file, or a
-/// directory of either).
+/// directory of either) from the file system.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    let mut reader = Reader::new();
+    load_from(&FsSource, path)
+}
+
+/// Loads and validates the configuration at `path` from `source`.
+pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError> {
+    let mut reader = Reader::new(source);
     let mut sluice_file: Option<(PathBuf, ConfigFile)> = None;
     let mut domains: Vec<(PathBuf, DomainFile)> = Vec::new();
 
-    for file in top_level_files(path)? {
+    for file in top_level_files(source, path)? {
         match reader.read_any(&file)? {
             AnyFile::Domain(d) => domains.push((file, d)),
             AnyFile::Sluice(c) => {
@@ -71,7 +106,11 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
 
     let Some((config_path, mut file)) = sluice_file else {
         let rules = RuleSet::compile(&domains)?;
-        return Ok(reader.finish(rules, None, Settings::default()));
+        let settings = Settings {
+            redis_at: (path.to_path_buf(), 0),
+            ..Settings::default()
+        };
+        return Ok(reader.finish(rules, None, settings));
     };
 
     for (path, domain) in std::mem::take(&mut file.domains)
@@ -82,7 +121,7 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
     }
     let base = config_path.parent().unwrap_or(Path::new("."));
     for pattern in &file.include {
-        for included in expand_include(&config_path, base, pattern)? {
+        for included in expand_include(source, &config_path, base, pattern)? {
             match reader.read_any(&included)? {
                 AnyFile::Domain(d) => domains.push((included, d)),
                 AnyFile::Sluice(_) => {
@@ -95,16 +134,29 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
             }
         }
     }
-    validate_engine(&config_path, &file.engine)?;
-    if let Some(redis) = &mut file.redis {
-        validate_redis(&config_path, redis)?;
-        if let Some(ca) = &redis.tls_ca_file {
-            let pem = std::fs::read(base.join(ca)).map_err(|e| {
-                ConfigError::at(&config_path, 0, format!("redis.tls_ca_file {ca}: {e}"))
-            })?;
-            redis.tls_ca_pem = Some(pem);
+    let at = |line: u64| At {
+        file: &config_path,
+        base,
+        line,
+    };
+    let mut redis_line = 0;
+    let redis = match file.redis.take() {
+        None => None,
+        Some(spanned) => {
+            redis_line = spanned.referenced.line();
+            let mut redis = spanned.value;
+            validate_redis(source, at(redis_line), &redis)?;
+            if let Some(ca) = &redis.tls_ca_file {
+                redis.tls_ca_pem = Some(secrets::pem(
+                    source,
+                    at(redis_line),
+                    "redis.tls_ca_file",
+                    ca,
+                )?);
+            }
+            Some(redis)
         }
-    }
+    };
     let rules = RuleSet::compile(&domains)?;
     let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
     let authz = file
@@ -112,34 +164,38 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
         .as_ref()
         .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
         .transpose()?;
-    let reset_token = reset_token(&config_path, base, &file.admin)?;
+    let reset_token = match &file.admin {
+        Some(admin) => secrets::reset_token(source, at(admin.referenced.line()), &admin.value)?,
+        None => None,
+    };
     let tls = file
         .tls
         .as_ref()
-        .map(|t| tls_material(&config_path, base, t))
+        .map(|t| secrets::tls_material(source, at(t.referenced.line()), &t.value))
         .transpose()?;
     let settings = Settings {
         engine: file.engine,
         response: file.response,
-        redis: file.redis,
+        redis,
         shadow_mode: file.shadow_mode,
         reset_token,
         tls,
+        redis_at: (config_path.clone(), redis_line),
     };
     Ok(reader.finish(rules, authz, settings))
 }
 
 /// The files a path stands for: itself, or the `*.yaml`/`*.yml` files of a directory, sorted.
-fn top_level_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
-    if !meta.is_dir() {
+fn top_level_files(source: &dyn Source, path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    if !source.is_dir(path) {
         return Ok(vec![path.to_path_buf()]);
     }
-    let entries = std::fs::read_dir(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
+    let entries = source
+        .list_dir(path)
+        .map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
     let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| is_yaml(p) && p.is_file())
+        .into_iter()
+        .filter(|p| is_yaml(p) && !source.is_dir(p))
         .collect();
     files.sort();
     if files.is_empty() {
@@ -161,22 +217,20 @@ fn is_yaml(p: &Path) -> bool {
 }
 
 fn expand_include(
+    source: &dyn Source,
     config: &Path,
     base: &Path,
     pattern: &Spanned<String>,
 ) -> Result<Vec<PathBuf>, ConfigError> {
     let line = pattern.referenced.line();
     let full = base.join(&pattern.value);
-    let full = full.to_string_lossy();
-    let paths = glob::glob(&full)
+    let paths = source
+        .glob(&full.to_string_lossy())
         .map_err(|e| ConfigError::at(config, line, format!("include '{}': {e}", pattern.value)))?;
     let mut found = Vec::new();
     for p in paths {
-        let p = p.map_err(|e| {
-            ConfigError::at(config, line, format!("include '{}': {e}", pattern.value))
-        })?;
-        if p.is_dir() {
-            found.extend(top_level_files(&p)?);
+        if source.is_dir(&p) {
+            found.extend(top_level_files(source, &p)?);
         } else {
             found.push(p);
         }
@@ -191,26 +245,14 @@ fn expand_include(
     Ok(found)
 }
 
-fn validate_engine(config: &Path, engine: &EngineSettings) -> Result<(), ConfigError> {
-    let bad = |m: &str| Err(ConfigError::at(config, 0, format!("engine: {m}")));
-    if engine.max_keys == 0 {
-        return bad("max_keys must be at least 1");
-    }
-    if !(engine.max_lease_fraction > 0.0 && engine.max_lease_fraction <= 1.0) {
-        return bad("max_lease_fraction must be in (0, 1]");
-    }
-    if engine.lease_horizon.0.is_zero()
-        || engine.lease_ttl.0.is_zero()
-        || engine.idle_timeout.0.is_zero()
-    {
-        return bad("lease_horizon, lease_ttl and idle_timeout must be above zero");
-    }
-    Ok(())
-}
-
-/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes.
-fn validate_redis(config: &Path, redis: &RedisSettings) -> Result<(), ConfigError> {
-    let bad = |m: String| Err(ConfigError::at(config, 0, format!("redis: {m}")));
+/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes (the Redis
+/// client parses the rest at the edge: [`Config::redis_error`]), and a set `password_env`.
+fn validate_redis(
+    source: &dyn Source,
+    at: At<'_>,
+    redis: &RedisSettings,
+) -> Result<(), ConfigError> {
+    let bad = |m: String| Err(at.error(format!("redis: {m}")));
     let urls: Vec<&String> = redis.url.iter().chain(&redis.cluster_nodes).collect();
     match (&redis.url, redis.cluster_nodes.is_empty()) {
         (Some(_), false) => return bad("give either `url` or `cluster_nodes`, not both".into()),
@@ -225,117 +267,12 @@ fn validate_redis(config: &Path, redis: &RedisSettings) -> Result<(), ConfigErro
             return bad("every address must start with redis:// or rediss://".into());
         }
     }
-    if redis.timeout.0.is_zero() || redis.connect_timeout.0.is_zero() {
-        return bad("timeout and connect_timeout must be above zero".into());
-    }
-    if redis.breaker_failures == 0 {
-        return bad("breaker_failures must be at least 1".into());
-    }
     if let Some(var) = &redis.password_env
-        && std::env::var_os(var).is_none()
+        && source.env(var).is_none()
     {
         return bad(format!("password_env names {var}, which is not set"));
     }
     Ok(())
-}
-
-/// PEM contents for the gRPC port's TLS; the key is never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TlsMaterial {
-    /// Server certificate chain.
-    pub cert_pem: Vec<u8>,
-    /// Server private key.
-    pub key_pem: Vec<u8>,
-    /// CA bundle for client certificates (mutual TLS).
-    pub client_ca_pem: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for TlsMaterial {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsMaterial")
-            .field("mutual", &self.client_ca_pem.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Reads the `tls:` files; each must exist and look like PEM.
-fn tls_material(
-    config: &Path,
-    base: &Path,
-    tls: &super::model::TlsConfig,
-) -> Result<TlsMaterial, ConfigError> {
-    let read = |name: &str, file: &str| -> Result<Vec<u8>, ConfigError> {
-        let bytes = std::fs::read(base.join(file))
-            .map_err(|e| ConfigError::at(config, 0, format!("tls.{name} {file}: {e}")))?;
-        if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
-            return Err(ConfigError::at(
-                config,
-                0,
-                format!("tls.{name} {file}: not a PEM file"),
-            ));
-        }
-        Ok(bytes)
-    };
-    Ok(TlsMaterial {
-        cert_pem: read("cert_file", &tls.cert_file)?,
-        key_pem: read("key_file", &tls.key_file)?,
-        client_ca_pem: tls
-            .client_ca_file
-            .as_deref()
-            .map(|f| read("client_ca_file", f))
-            .transpose()?,
-    })
-}
-
-/// A secret bearer token; never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ResetToken(String);
-
-impl ResetToken {
-    /// Compares in time independent of where the first difference is.
-    pub fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
-
-impl std::fmt::Debug for ResetToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ResetToken(<redacted>)")
-    }
-}
-
-/// The reset token when `admin.allow_reset` is on: from exactly one of an environment variable or a
-/// file, non-empty.
-fn reset_token(
-    config: &Path,
-    base: &Path,
-    admin: &super::model::AdminConfig,
-) -> Result<Option<ResetToken>, ConfigError> {
-    let bad = |m: String| Err(ConfigError::at(config, 0, format!("admin: {m}")));
-    if !admin.allow_reset {
-        return Ok(None);
-    }
-    let token = match (&admin.reset_token_env, &admin.reset_token_file) {
-        (Some(var), None) => match std::env::var(var) {
-            Ok(t) => t,
-            Err(_) => return bad(format!("reset_token_env names {var}, which is not set")),
-        },
-        (None, Some(file)) => match std::fs::read_to_string(base.join(file)) {
-            Ok(t) => t,
-            Err(e) => return bad(format!("reset_token_file {file}: {e}")),
-        },
-        _ => {
-            return bad(
-                "allow_reset needs exactly one of reset_token_env or reset_token_file".into(),
-            );
-        }
-    };
-    let token = token.trim();
-    if token.len() < 16 {
-        return bad("the reset token must be at least 16 characters".into());
-    }
-    Ok(Some(ResetToken(token.to_string())))
 }
 
 /// The settings part of a config, defaulted for a bare domain file or directory.
@@ -347,10 +284,11 @@ struct Settings {
     shadow_mode: bool,
     reset_token: Option<ResetToken>,
     tls: Option<TlsMaterial>,
+    redis_at: (PathBuf, u64),
 }
 
 fn load_maps(
-    reader: &mut Reader,
+    reader: &mut Reader<'_>,
     config: &Path,
     base: &Path,
     maps: &BTreeMap<String, Spanned<MapConfig>>,
@@ -387,23 +325,27 @@ enum AnyFile {
 }
 
 /// Reads files, remembering each one's path and content for the config version.
-struct Reader {
+struct Reader<'s> {
+    source: &'s dyn Source,
     files: Vec<PathBuf>,
     /// FNV-1a 64 over every (path, content) read, in order.
     hash: u64,
 }
 
-impl Reader {
-    fn new() -> Self {
+impl<'s> Reader<'s> {
+    fn new(source: &'s dyn Source) -> Self {
         Self {
+            source,
             files: Vec::new(),
             hash: FNV_OFFSET,
         }
     }
 
     fn read(&mut self, path: &Path) -> Result<String, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
+        let text = self
+            .source
+            .read_text(path)
+            .map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
         self.hash = fnv1a(self.hash, path.to_string_lossy().as_bytes());
         self.hash = fnv1a(self.hash, text.as_bytes());
         self.files.push(path.to_path_buf());
@@ -444,6 +386,7 @@ impl Reader {
             tls: settings.tls,
             files: self.files,
             version: format!("{:016x}", self.hash),
+            redis_at: settings.redis_at,
         }
     }
 }
@@ -453,12 +396,13 @@ pub(crate) fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result
     let docs: Vec<T> = serde_saphyr::from_multiple(text).map_err(|e| {
         let line = e.location().map(|l| l.line()).unwrap_or(0);
         let rendered = e.without_snippet().to_string();
-        let message = rendered
-            .lines()
-            .next()
-            .unwrap_or("invalid YAML")
-            .trim()
-            .to_string();
+        let first = rendered.lines().next().unwrap_or("invalid YAML").trim();
+        // The location goes in front (`file:line:`), not again at the end.
+        let message = match first.rfind(" at line ") {
+            Some(at) if first[at..].contains(", column ") => &first[..at],
+            _ => first,
+        }
+        .to_string();
         ConfigError::at(path, line, message)
     })?;
     let count = docs.len();

@@ -3,19 +3,30 @@
 //! # Layout
 //! - [`model`]: the serde model of both file kinds (sluice config and envoyproxy/ratelimit domain files).
 //! - [`duration`]: human-readable durations (`100ms`, `1s`, `10m`).
-//! - [`load`]: reading a file or directory, `include:` globs and `maps:` files into a [`Config`].
+//! - [`source`]: the [`Source`] of files and environment variables the loader reads from, and
+//!   [`MemSource`] for configs held in memory.
+//! - [`fs`]: [`FsSource`], the real file system and environment: the only I/O in this crate
+//!   besides the system clock.
+//! - [`secrets`]: TLS material and the reset token, read at load time and never printed.
+//! - [`load`]: a file or directory, `include:` globs and `maps:` files into a validated
+//!   [`Config`]; [`parse_config`] for a string.
 //! - [`ConfigError`]: every error names the file and line.
 
 pub mod duration;
+pub mod fs;
 pub mod load;
 pub mod model;
+pub mod secrets;
+pub mod source;
 
 use std::fmt;
 use std::path::PathBuf;
 
-pub use duration::HumanDuration;
-pub use load::{Config, load_config};
+pub use duration::{HumanDuration, MAX_DURATION};
+pub use fs::FsSource;
+pub use load::{Config, load_config, load_from, parse_config};
 pub use model::{EngineSettings, Fallback, Mode, RedisSettings, ResponseSettings};
+pub use source::{MemSource, Source};
 
 /// A configuration error, located at `file:line`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

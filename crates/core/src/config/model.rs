@@ -26,22 +26,21 @@ pub struct ConfigFile {
     /// Named value maps for `authz` entries (e.g. API key → tier).
     #[serde(default)]
     pub maps: BTreeMap<String, Spanned<MapConfig>>,
-    /// Engine tuning: key bounds and lease sizing.
+    /// Engine tuning: key bounds and lease sizing (every field checks itself where written).
     #[serde(default)]
     pub engine: EngineSettings,
     /// What responses carry besides the decision.
     #[serde(default)]
     pub response: ResponseSettings,
     /// The global store; without it sluice runs on its embedded in-memory store.
-    pub redis: Option<RedisSettings>,
+    pub redis: Option<Spanned<RedisSettings>>,
     /// Dry run for every rule: decide and count, but always answer OK.
     #[serde(default)]
     pub shadow_mode: bool,
     /// Operator API settings.
-    #[serde(default)]
-    pub admin: AdminConfig,
+    pub admin: Option<Spanned<AdminConfig>>,
     /// TLS on the gRPC port (mutual TLS with `client_ca_file`).
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<Spanned<TlsConfig>>,
 }
 
 /// `tls:`: certificates for the gRPC port (paths relative to the config file).
@@ -92,8 +91,11 @@ pub struct RedisSettings {
     /// Longest wait to open a connection.
     #[serde(default = "default_redis_connect_timeout")]
     pub connect_timeout: HumanDuration,
-    /// Consecutive failures that open the circuit breaker (calls then fail at once).
-    #[serde(default = "default_breaker_failures")]
+    /// Consecutive failures that open the circuit breaker (calls then fail at once); at least 1.
+    #[serde(
+        default = "default_breaker_failures",
+        deserialize_with = "breaker_failures"
+    )]
     pub breaker_failures: u32,
     /// How often an open breaker probes Redis (PING) to close again.
     #[serde(default = "default_probe_interval")]
@@ -324,13 +326,15 @@ pub struct MapConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSettings {
-    /// Most keys tracked at once; idle keys are evicted first when it is reached.
+    /// Most keys tracked at once (at least 1); keys at rest are evicted when it is reached.
+    #[serde(deserialize_with = "max_keys")]
     pub max_keys: usize,
     /// Keys unused for this long are evicted.
     pub idle_timeout: HumanDuration,
     /// A lease holds about the tokens this instance spends in this long.
     pub lease_horizon: HumanDuration,
-    /// A lease holds at most this fraction of the burst.
+    /// A lease holds at most this fraction of the burst, in (0, 1].
+    #[serde(deserialize_with = "max_lease_fraction")]
     pub max_lease_fraction: f64,
     /// Leased tokens unspent this long go back to the global bucket.
     pub lease_ttl: HumanDuration,
@@ -364,5 +368,35 @@ impl Default for ResponseSettings {
             ratelimit_headers: true,
             legacy_x_ratelimit_headers: false,
         }
+    }
+}
+
+/// `engine.max_keys`: at least 1.
+fn max_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("max_keys must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+/// `redis.breaker_failures`: at least 1.
+fn breaker_failures<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "breaker_failures must be at least 1",
+        )),
+        n => Ok(n),
+    }
+}
+
+/// `engine.max_lease_fraction`: in (0, 1].
+fn max_lease_fraction<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let f = f64::deserialize(d)?;
+    if f > 0.0 && f <= 1.0 {
+        Ok(f)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "max_lease_fraction must be in (0, 1], not {f}"
+        )))
     }
 }

@@ -1,16 +1,11 @@
 use super::*;
-use crate::config::load_config;
+use crate::config::load::INLINE_CONFIG;
+use crate::config::parse_config;
 use proptest::prelude::*;
-use std::io::Write;
 
-/// Writes `text` to a temp file and loads it.
+/// Loads `text` as a config file.
 fn load(text: &str) -> Result<crate::config::Config, ConfigError> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("limits.yaml");
-    std::fs::File::create(&path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .expect("write");
-    load_config(&path)
+    parse_config(text)
 }
 
 fn rule_of<'a>(set: &'a RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Match<'a> {
@@ -171,7 +166,7 @@ fn nested_rules_apply_only_at_the_last_entry() {
 
 fn load_err(text: &str) -> String {
     let e = load(text).expect_err("must be rejected");
-    assert!(e.file.ends_with("limits.yaml"), "{e}");
+    assert!(e.file.ends_with(INLINE_CONFIG), "{e}");
     format!("{}: {}", e.line, e.message)
 }
 

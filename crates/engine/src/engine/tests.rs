@@ -1,7 +1,10 @@
 use super::*;
+use crate::key;
 use crate::memory::MemoryStore;
 use crate::store::{LeaseGrant, StoreError, StoreFuture};
+use sluice_core::Descriptor;
 use sluice_core::ManualClock;
+use sluice_core::bucket::Rate;
 use sluice_core::config::load_config;
 
 const CONFIG: &str = r#"
@@ -75,6 +78,15 @@ async fn ask(e: &Engine, ds: &[Descriptor]) -> Decision {
         hits_addend: 0,
     })
     .await
+}
+
+/// The store key and lease of the only key `e` tracks.
+fn only_key(e: &Engine) -> (String, u64) {
+    let mut found = Vec::new();
+    e.table
+        .for_each(|k, b| found.push((key::store_key_of(k), b.lock().lease)));
+    assert_eq!(found.len(), 1, "one key tracked");
+    found.remove(0)
 }
 
 async fn admitted(e: &Engine, ds: &[Descriptor], n: usize) -> usize {
@@ -249,12 +261,7 @@ async fn exact_mode_takes_from_the_store_per_decision() {
     let (e, store) = engine(&clock);
     let ds = [d(&[("exact", "a")])];
     assert_eq!(admitted(&e, &ds, 5).await, 3);
-    let key = e
-        .buckets
-        .iter()
-        .next()
-        .map(|b| key::store_key_of(b.key()))
-        .expect("one key");
+    let (key, _) = only_key(&e);
     let global = store
         .peek(&key, Rate::per_unit(3, sluice_core::Unit::Second))
         .await
@@ -305,19 +312,8 @@ async fn unspent_leases_go_back_after_lease_ttl_and_idle_keys_are_evicted() {
         clock.advance_millis(1);
         ask(&e, &ip).await;
     }
-    let key = e
-        .buckets
-        .iter()
-        .next()
-        .map(|b| key::store_key_of(b.key()))
-        .expect("one key");
+    let (key, held) = only_key(&e);
     let rate = Rate::per_unit(10, sluice_core::Unit::Second);
-    let held = e
-        .buckets
-        .iter()
-        .next()
-        .map(|b| b.lock().lease)
-        .expect("bucket");
     assert!(held > 0, "demand grew the lease");
     let before = store.peek(&key, rate).await.expect("peek");
     clock.advance_millis(1_001);
@@ -397,7 +393,8 @@ async fn fallbacks_apply_while_the_store_is_down() {
     );
     assert_eq!(admitted(&e, &[d(&[("deny_when_down", "z")])], 20).await, 0);
     assert!(
-        e.metrics
+        e.leaser
+            .metrics
             .store_calls
             .with_label_values(&["lease", "unavailable"])
             .get()

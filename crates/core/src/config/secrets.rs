@@ -1,0 +1,125 @@
+//! Secrets and certificates a config names: read through the [`Source`] at load time, never
+//! printed.
+
+use std::path::Path;
+
+use super::ConfigError;
+use super::model::{AdminConfig, TlsConfig};
+use super::source::Source;
+
+/// PEM contents for the gRPC port's TLS; the key is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsMaterial {
+    /// Server certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// Server private key.
+    pub key_pem: Vec<u8>,
+    /// CA bundle for client certificates (mutual TLS).
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("mutual", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a section is written, for its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) base: &'a Path,
+    pub(crate) line: u64,
+}
+
+impl At<'_> {
+    pub(crate) fn error(&self, message: String) -> ConfigError {
+        ConfigError::at(self.file, self.line, message)
+    }
+}
+
+/// Reads a PEM file named by `field`; it must exist and look like PEM.
+pub(crate) fn pem(
+    source: &dyn Source,
+    at: At<'_>,
+    field: &str,
+    file: &str,
+) -> Result<Vec<u8>, ConfigError> {
+    let bytes = source
+        .read(&at.base.join(file))
+        .map_err(|e| at.error(format!("{field} {file}: {e}")))?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(at.error(format!("{field} {file}: not a PEM file")));
+    }
+    Ok(bytes)
+}
+
+/// Reads the `tls:` files.
+pub(crate) fn tls_material(
+    source: &dyn Source,
+    at: At<'_>,
+    tls: &TlsConfig,
+) -> Result<TlsMaterial, ConfigError> {
+    Ok(TlsMaterial {
+        cert_pem: pem(source, at, "tls.cert_file", &tls.cert_file)?,
+        key_pem: pem(source, at, "tls.key_file", &tls.key_file)?,
+        client_ca_pem: tls
+            .client_ca_file
+            .as_deref()
+            .map(|f| pem(source, at, "tls.client_ca_file", f))
+            .transpose()?,
+    })
+}
+
+/// A secret bearer token; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResetToken(String);
+
+impl ResetToken {
+    /// Compares in time independent of where the first difference is.
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl std::fmt::Debug for ResetToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResetToken(<redacted>)")
+    }
+}
+
+/// The reset token when `admin.allow_reset` is on: from exactly one of an environment variable or a
+/// file, at least 16 characters.
+pub(crate) fn reset_token(
+    source: &dyn Source,
+    at: At<'_>,
+    admin: &AdminConfig,
+) -> Result<Option<ResetToken>, ConfigError> {
+    let bad = |m: String| Err(at.error(format!("admin: {m}")));
+    if !admin.allow_reset {
+        return Ok(None);
+    }
+    let token = match (&admin.reset_token_env, &admin.reset_token_file) {
+        (Some(var), None) => match source.env(var) {
+            Some(t) => t,
+            None => return bad(format!("reset_token_env names {var}, which is not set")),
+        },
+        (None, Some(file)) => match source.read_text(&at.base.join(file)) {
+            Ok(t) => t,
+            Err(e) => return bad(format!("reset_token_file {file}: {e}")),
+        },
+        _ => {
+            return bad(
+                "allow_reset needs exactly one of reset_token_env or reset_token_file".into(),
+            );
+        }
+    };
+    let token = token.trim();
+    if token.len() < 16 {
+        return bad("the reset token must be at least 16 characters".into());
+    }
+    Ok(Some(ResetToken(token.to_string())))
+}

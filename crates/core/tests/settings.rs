@@ -1,0 +1,145 @@
+//! Settings sections (`engine:`, `redis:`, `admin:`, `tls:`): every error names its file and
+//! line, and no number or duration can overflow, wrap or panic later.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice_core::config::{ConfigError, MAX_DURATION, MemSource, load_from, parse_config};
+
+fn error(text: &str) -> ConfigError {
+    parse_config(text).expect_err(text)
+}
+
+/// `(line, message contains)` of the error for `text`.
+fn located(text: &str, line: u64, needle: &str) {
+    let e = error(text);
+    assert_eq!(e.line, line, "{text}\n=> {e}");
+    assert!(e.message.contains(needle), "{text}\n=> {e}");
+    assert!(
+        !e.message.contains(" at line "),
+        "the location is given once: {e}"
+    );
+}
+
+#[test]
+fn engine_errors_name_their_line() {
+    located("engine:\n  max_keys: 0\n", 2, "max_keys must be at least 1");
+    located(
+        "shadow_mode: false\nengine: {max_lease_fraction: 2.0}\n",
+        2,
+        "max_lease_fraction must be in (0, 1]",
+    );
+    located(
+        "engine:\n  max_lease_fraction: 0.5\n  lease_ttl: 0s\n",
+        3,
+        "must be above zero",
+    );
+    located("engine:\n  lease_horizon: 1.5s\n", 2, "unknown unit");
+}
+
+/// Durations that overflowed later (a panic in the heartbeat task, a wrap to 0.45 s) are errors.
+#[test]
+fn durations_that_would_overflow_are_errors_where_written() {
+    located(
+        "redis:\n  url: redis://127.0.0.1:6379\n  heartbeat_interval: 18446744073709551615s\n",
+        3,
+        "longer than the maximum of 365 days",
+    );
+    located(
+        "engine:\n  idle_timeout: 18000000000000s\n",
+        2,
+        "longer than the maximum of 365 days",
+    );
+    located(
+        "engine:\n  idle_timeout: 307445734561825861m\n",
+        2,
+        "longer than the maximum of 365 days",
+    );
+    let ok = parse_config("engine:\n  idle_timeout: 8760h\n").expect("365 days is allowed");
+    assert_eq!(ok.engine.idle_timeout.0, MAX_DURATION);
+    let micros = u64::try_from(MAX_DURATION.as_micros()).expect("fits");
+    assert!(
+        micros.checked_mul(3).is_some(),
+        "3 × the longest duration still fits"
+    );
+}
+
+#[test]
+fn redis_errors_name_their_line() {
+    located(
+        "shadow_mode: false\nredis:\n  url: redis://a:1\n  cluster_nodes: [redis://b:2]\n",
+        3,
+        "either `url` or `cluster_nodes`",
+    );
+    located("redis:\n  url: http://a:1\n", 2, "must start with redis://");
+    located(
+        "redis:\n  url: redis://a:1\n  breaker_failures: 0\n",
+        3,
+        "breaker_failures must be at least 1",
+    );
+    located(
+        "redis:\n  url: redis://a:1\n  password_env: SLUICE_TEST_UNSET_VARIABLE\n",
+        2,
+        "SLUICE_TEST_UNSET_VARIABLE, which is not set",
+    );
+    located(
+        "redis:\n  url: redis://a:1\n  timeout: 0ms\n",
+        3,
+        "must be above zero",
+    );
+}
+
+#[test]
+fn a_url_with_a_password_is_never_echoed() {
+    let e = error("redis:\n  url: http://user:hunter2@a:1\n");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}
+
+#[test]
+fn admin_and_tls_errors_name_their_line() {
+    located(
+        "shadow_mode: false\nadmin:\n  allow_reset: true\n",
+        3,
+        "exactly one of reset_token_env or reset_token_file",
+    );
+    located(
+        "\n\ntls:\n  cert_file: a.pem\n  key_file: b.pem\n",
+        4,
+        "tls.cert_file a.pem",
+    );
+}
+
+/// Secrets and files come from the source, resolved next to the config file.
+#[test]
+fn secrets_are_read_through_the_source() {
+    let pem = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
+    let config = "admin:\n  allow_reset: true\n  reset_token_env: TOKEN\ntls:\n  cert_file: c.pem\n  key_file: k.pem\n";
+    let source = MemSource::new()
+        .file("etc/sluice.yaml", config)
+        .file("etc/c.pem", pem)
+        .file("etc/k.pem", pem)
+        .var("TOKEN", "0123456789abcdef-secret");
+    let loaded = load_from(&source, Path::new("etc/sluice.yaml")).expect("loads");
+    assert!(
+        loaded
+            .reset_token
+            .as_ref()
+            .is_some_and(|t| t.matches("0123456789abcdef-secret"))
+    );
+    assert!(!format!("{loaded:?}").contains("secret"), "never printed");
+    assert_eq!(
+        loaded.tls.as_ref().map(|t| t.cert_pem.len()),
+        Some(pem.len())
+    );
+    let short = source.var("TOKEN", "short");
+    let e = load_from(&short, Path::new("etc/sluice.yaml")).expect_err("short token");
+    assert_eq!(e.line, 2, "{e}");
+}
+
+#[test]
+fn defaults_hold_without_sections() {
+    let c = parse_config("shadow_mode: false\n").expect("loads");
+    assert_eq!(c.engine.max_keys, 1_000_000);
+    assert_eq!(c.engine.lease_ttl.0, Duration::from_secs(1));
+    assert!(c.redis.is_none() && c.tls.is_none() && c.reset_token.is_none());
+}

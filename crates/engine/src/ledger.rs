@@ -1,0 +1,352 @@
+//! The ledger: how a request is paid for, as a pure function of its buckets' states and `now`.
+//!
+//! [`settle`] is the only place tokens are spent. It takes the request's buckets already locked
+//! (in a fixed order, by the caller) and decides all of them together: either every enforcing
+//! bucket can pay and all pay, or none is charged. It does no I/O and reads no clock, so every
+//! rule below is a property test away (governor's `gcra.rs` is the model).
+//!
+//! The invariants it keeps, for any input (`crates/engine/tests/ledger.rs` tests them):
+//! - **Conservation**: a bucket spends only tokens it holds (its lease, or its local bucket), so a
+//!   key never admits more than its global bucket granted: `B + L·t` over any interval `t`.
+//! - **All or nothing**: nothing is spent unless every enforcing bucket of the request can pay.
+//! - **No lockout**: a cost above the burst can never be paid, so it is denied as such
+//!   ([`Denial::CostAboveBurst`]) without touching the bucket or asking the store; any cost up to
+//!   the burst passes once the bucket has refilled.
+
+use sluice_core::bucket::{BucketState, Rate};
+use sluice_core::config::{Fallback, Mode};
+use smallvec::SmallVec;
+
+use crate::decision::Denial;
+
+/// The mutable state of one bucket key in this process.
+#[derive(Debug, Clone)]
+pub struct LeaseState {
+    /// Local mode (and the store-down fallback): a whole bucket in this process.
+    pub local: BucketState,
+    /// Strict/exact: leased tokens not yet spent.
+    pub lease: u64,
+    /// Global tokens left after our last store call (for reporting `limit_remaining`).
+    pub global_remaining: f64,
+    /// Whether `global_remaining` has been read at least once.
+    pub global_known: bool,
+    /// A starved key asks the store again only from this time on (never more than `lease_ttl`
+    /// ahead, so a key can always lease again).
+    pub retry_at: u64,
+    /// When the last lease was granted (lease_ttl return, demand estimate).
+    pub leased_at: u64,
+    /// Tokens spent since the last lease was granted.
+    pub spent_since_lease: u64,
+    /// Smoothed demand, tokens per second.
+    pub demand_per_sec: f64,
+    /// The size of the last lease asked for (the low watermark is half of it).
+    pub last_want: u64,
+}
+
+impl LeaseState {
+    /// A new key's state: no lease, a full local bucket.
+    pub fn new(rate: &Rate, now: u64) -> Self {
+        Self {
+            local: BucketState::full(rate, now),
+            lease: 0,
+            global_remaining: rate.burst as f64,
+            global_known: false,
+            retry_at: 0,
+            leased_at: now,
+            spent_since_lease: 0,
+            demand_per_sec: 0.0,
+            last_want: 0,
+        }
+    }
+
+    /// Tokens this instance can spend now without asking the store.
+    pub fn spendable(&self, mode: Mode, rate: &Rate, now: u64) -> u64 {
+        match mode {
+            Mode::Local => {
+                let mut b = self.local;
+                b.refill(rate, now);
+                b.tokens.floor().max(0.0) as u64
+            }
+            Mode::Strict | Mode::Exact => self.lease,
+        }
+    }
+
+    /// Spends `n` tokens the caller checked with [`spendable`](Self::spendable).
+    fn spend(&mut self, mode: Mode, rate: &Rate, now: u64, n: u64) {
+        match mode {
+            Mode::Local => {
+                let took = self.local.try_take(rate, now, n);
+                debug_assert!(took, "spend without spendable tokens");
+            }
+            Mode::Strict | Mode::Exact => {
+                self.lease -= n;
+                self.spent_since_lease = self.spent_since_lease.saturating_add(n);
+            }
+        }
+    }
+
+    /// Tokens left as this instance knows them: its lease plus the global bucket's last reading,
+    /// or the local bucket.
+    pub fn remaining(&self, mode: Mode, rate: &Rate, now: u64) -> f64 {
+        match mode {
+            Mode::Local => {
+                let mut b = self.local;
+                b.refill(rate, now);
+                b.tokens
+            }
+            Mode::Strict | Mode::Exact => self.lease as f64 + self.global_remaining,
+        }
+    }
+
+    /// Whether a busy lease is down to half of what was last asked for: time to refill ahead.
+    pub fn lease_is_low(&self) -> bool {
+        self.last_want > 1 && self.lease <= self.last_want / 2
+    }
+
+    /// Whether forgetting this state loses nothing a limit depends on. A local bucket must have
+    /// refilled to full (an absent key starts full), or evicting it would reset its limit. A
+    /// leased key keeps its truth in the global store; its lease goes back when it is evicted.
+    pub fn at_rest(&self, mode: Mode, rate: &Rate, now: u64) -> bool {
+        mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64
+    }
+
+    /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
+    pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
+        // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
+        let elapsed = now.saturating_sub(self.leased_at).max(1);
+        let rate = self.spent_since_lease as f64 * 1e6 / elapsed as f64;
+        self.demand_per_sec = if self.demand_per_sec == 0.0 {
+            rate
+        } else {
+            0.5 * self.demand_per_sec + 0.5 * rate
+        };
+        self.lease = self.lease.saturating_add(granted);
+        self.last_want = want;
+        self.global_remaining = remaining;
+        self.global_known = true;
+        self.leased_at = now;
+        self.spent_since_lease = 0;
+    }
+}
+
+/// How the global store stood for a bucket during this decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreStatus {
+    /// Answered, or was not needed.
+    Up,
+    /// Unavailable: the rule's fallback decides, with `instances` sharing the limit.
+    Down {
+        /// The rule's fallback.
+        fallback: Fallback,
+        /// Live instances sharing the limit (at least 1).
+        instances: u64,
+    },
+    /// There is no room for this key's state (`engine.max_keys` reached and every tracked key
+    /// holds state that evicting would lose): denied, so no limit is ever reset to make room.
+    NoRoom,
+}
+
+/// What one bucket of a request is asked to pay, and under which rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Terms {
+    /// Hits of every descriptor of the request on this bucket, summed (saturating).
+    pub hits: u64,
+    /// How the bucket is shared.
+    pub mode: Mode,
+    /// The limit.
+    pub rate: Rate,
+    /// A shadow-mode rule: decided and reported, but never denies the request.
+    pub shadow: bool,
+    /// The store's state for this bucket.
+    pub store: StoreStatus,
+}
+
+impl Terms {
+    /// The mode and rate the bucket is decided with: its own, or this instance's share of the
+    /// limit in a local bucket while the store is down (`fallback: local_share`).
+    pub fn effective(&self) -> (Mode, Rate) {
+        match self.store {
+            StoreStatus::Down {
+                fallback: Fallback::LocalShare,
+                instances,
+            } => {
+                let n = instances.max(1);
+                let share = Rate {
+                    requests_per_unit: (self.rate.requests_per_unit / n).max(1),
+                    unit: self.rate.unit,
+                    burst: (self.rate.burst / n).max(1),
+                };
+                (Mode::Local, share)
+            }
+            _ => (self.mode, self.rate),
+        }
+    }
+
+    /// Tokens the bucket must hold for this to pass: the hits, or one for a peek (0 hits asks
+    /// whether one more request would pass).
+    fn need(&self) -> u64 {
+        self.hits.max(1)
+    }
+
+    /// Why this bucket can never pay, whatever its state: denied before any store call.
+    pub fn hopeless(&self) -> Option<Denial> {
+        if self.store == StoreStatus::NoRoom {
+            Some(Denial::NoRoom)
+        } else if self.need() > self.effective().1.burst {
+            Some(Denial::CostAboveBurst)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the bucket pays from a lease of global tokens (and could lease more).
+    fn leased(&self) -> bool {
+        self.store == StoreStatus::Up
+            && self.hits > 0
+            && matches!(self.mode, Mode::Strict | Mode::Exact)
+    }
+
+    /// Whether the store-down fallback decides without looking at any bucket.
+    fn forced(&self) -> bool {
+        matches!(
+            self.store,
+            StoreStatus::Down {
+                fallback: Fallback::Allow | Fallback::Deny,
+                ..
+            }
+        )
+    }
+
+    /// Whether `state` can pay now, and if not, why.
+    fn pays(&self, state: &LeaseState, now: u64) -> Result<(), Denial> {
+        if let Some(why) = self.hopeless() {
+            return Err(why);
+        }
+        match self.store {
+            StoreStatus::Down {
+                fallback: Fallback::Allow,
+                ..
+            } => Ok(()),
+            StoreStatus::Down {
+                fallback: Fallback::Deny,
+                ..
+            } => Err(Denial::StoreDown),
+            _ => {
+                let (mode, rate) = self.effective();
+                let have = if self.hits == 0 {
+                    // A peek counts the global bucket too, as far as this instance knows it.
+                    state.remaining(mode, &rate, now).floor().max(0.0) as u64
+                } else {
+                    state.spendable(mode, &rate, now)
+                };
+                if have >= self.need() {
+                    Ok(())
+                } else {
+                    Err(Denial::Empty)
+                }
+            }
+        }
+    }
+}
+
+/// One bucket's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    /// Why this bucket denies (`None`: it paid, or could have). Shadow rules report it too.
+    pub denial: Option<Denial>,
+    /// Tokens left after the decision, as this instance knows them.
+    pub remaining: f64,
+    /// Microseconds until the bucket is full again.
+    pub until_full: u64,
+    /// When denied: microseconds until this request could pass; `None` if it never can.
+    pub retry_after: Option<u64>,
+    /// Decided by the rule's fallback because the global store was unavailable.
+    pub fallback: bool,
+    /// A leased bucket ran low while the store is up and the key is not starved: refill its
+    /// lease in the background now, before requests have to wait for it.
+    pub refill_ahead: bool,
+}
+
+/// The outcome of [`settle`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// Nothing was charged: a leased bucket came up short although its key is not starved (a
+    /// concurrent request spent the tokens the lease call brought). Lease again and settle once
+    /// more, with `may_retry` off.
+    LeaseAgain,
+    /// Decided: `allowed` if every enforcing bucket paid; one verdict per bucket, in order.
+    Settled {
+        /// Whether the request passes (and every bucket was charged).
+        allowed: bool,
+        /// Each bucket's answer.
+        verdicts: SmallVec<[Verdict; 4]>,
+    },
+}
+
+/// Decides a request over its distinct buckets: `terms[i]` is paid from `states[i]`. Charges all
+/// of them, or none.
+pub fn settle(
+    terms: &[Terms],
+    states: &mut [&mut LeaseState],
+    now: u64,
+    may_retry: bool,
+) -> Settlement {
+    debug_assert_eq!(terms.len(), states.len());
+    // Pass 1: can every enforcing bucket pay?
+    let paid: SmallVec<[Result<(), Denial>; 4]> = terms
+        .iter()
+        .zip(states.iter())
+        .map(|(t, s)| t.pays(s, now))
+        .collect();
+    let blocking = |(t, p): (&Terms, &Result<(), Denial>)| p.is_err() && !t.shadow;
+    let allowed = !terms.iter().zip(&paid).any(blocking);
+    if !allowed && may_retry {
+        // Leasing again helps only if every blocking bucket is a leased one that merely came up
+        // short (not starved: `retry_at` passed), and nothing blocks for good.
+        let worth_it = terms
+            .iter()
+            .zip(&paid)
+            .zip(states.iter())
+            .all(|((t, p), s)| {
+                !blocking((t, p)) || (t.leased() && *p == Err(Denial::Empty) && now >= s.retry_at)
+            });
+        if worth_it {
+            return Settlement::LeaseAgain;
+        }
+    }
+    // Pass 2: charge (all or nothing) and report.
+    let verdicts = terms
+        .iter()
+        .zip(states.iter_mut())
+        .zip(&paid)
+        .map(|((t, s), p)| {
+            let (mode, rate) = t.effective();
+            let mut refill_ahead = false;
+            if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
+                s.spend(mode, &rate, now, t.hits);
+                refill_ahead = mode == Mode::Strict
+                    && t.store == StoreStatus::Up
+                    && s.lease_is_low()
+                    && now >= s.retry_at;
+            }
+            let remaining = s.remaining(mode, &rate, now).max(0.0);
+            let denial = p.err();
+            let retry_after = match denial {
+                Some(Denial::Empty) => rate.micros_until(remaining, t.need() as f64),
+                _ => None,
+            };
+            Verdict {
+                denial,
+                remaining,
+                until_full: rate.micros_until_full(remaining),
+                retry_after,
+                fallback: matches!(t.store, StoreStatus::Down { .. }),
+                refill_ahead,
+            }
+        })
+        .collect();
+    Settlement::Settled { allowed, verdicts }
+}
+
+#[cfg(test)]
+mod tests;

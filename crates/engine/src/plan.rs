@@ -1,0 +1,228 @@
+//! A request's plan: descriptor → rule → bucket, each distinct bucket once with the hits of every
+//! descriptor that lands on it summed (saturating, so no sum of costs ever wraps to free).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use sluice_core::bucket::Rate;
+use sluice_core::config::{Fallback, Mode};
+use sluice_core::rules::{Limit, Match};
+use sluice_core::{Descriptor, RuleSet};
+use smallvec::SmallVec;
+
+use crate::bucket::LeaseBucket;
+use crate::decision::{LimitInfo, RateLimitRequest};
+use crate::ledger::{StoreStatus, Terms};
+
+/// Where a bucket came from: tracked in the engine's table, or made for this request only
+/// because there was no room to track it (denied as [`StoreStatus::NoRoom`]).
+#[derive(Debug)]
+pub(crate) enum Slot {
+    /// A tracked key.
+    Tracked(Arc<LeaseBucket>),
+    /// An untracked bucket for a key with no room.
+    NoRoom(Arc<LeaseBucket>),
+}
+
+/// One distinct bucket of a request and what the request asks of it.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    /// The bucket.
+    pub(crate) bucket: Arc<LeaseBucket>,
+    /// The limit (the same for every descriptor on this bucket: the key includes the identity).
+    pub(crate) info: LimitInfo,
+    /// Hits of every descriptor on this bucket, summed without wrapping.
+    pub(crate) hits: u64,
+    /// A descriptor on this bucket, whose entries make the store key.
+    pub(crate) descriptor: usize,
+    /// The store's state for this bucket, updated by the lease calls.
+    pub(crate) store: StoreStatus,
+}
+
+impl Charge {
+    /// The ledger's view of this charge (with `instances` sharing the limit if the store is down).
+    pub(crate) fn terms(&self, instances: u64) -> Terms {
+        let store = match self.store {
+            StoreStatus::Down { fallback, .. } => StoreStatus::Down {
+                fallback,
+                instances,
+            },
+            other => other,
+        };
+        Terms {
+            hits: self.hits,
+            mode: self.info.mode,
+            rate: self.info.rate,
+            shadow: self.info.shadow,
+            store,
+        }
+    }
+}
+
+/// The plan of one request.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// Distinct buckets in address order: the order their locks are taken in, so two requests
+    /// never deadlock.
+    pub(crate) charges: SmallVec<[Charge; 4]>,
+    /// For each request descriptor, the charge it pays into (`None`: no limit applies).
+    pub(crate) by_descriptor: SmallVec<[Option<usize>; 4]>,
+}
+
+/// What matching found for one descriptor.
+struct Matched<'r> {
+    info: LimitInfo,
+    identity: u64,
+    /// The rule's `name`, which other rules may replace.
+    name: Option<&'r str>,
+    /// The names this rule replaces.
+    replaces: &'r [String],
+}
+
+impl Plan {
+    /// Plans `req` under `rules`: `slot` finds (or makes) the bucket of an identity and
+    /// descriptor. Rules named in another matched rule's `replaces` do not apply, and get no key.
+    pub(crate) fn build(
+        rules: &RuleSet,
+        req: &RateLimitRequest<'_>,
+        mut slot: impl FnMut(u64, &Descriptor, &LimitInfo) -> Slot,
+    ) -> Self {
+        let default_hits = if req.hits_addend == 0 {
+            1
+        } else {
+            req.hits_addend
+        };
+        let mut replaced: Option<HashSet<&str>> = None;
+        let matched: SmallVec<[Option<Matched<'_>>; 4]> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let m = matched(rules, req.domain, d)?;
+                if !m.replaces.is_empty() {
+                    replaced
+                        .get_or_insert_with(HashSet::new)
+                        .extend(m.replaces.iter().map(String::as_str));
+                }
+                Some(m)
+            })
+            .collect();
+        let mut plan = Plan::default();
+        for (index, (d, m)) in req.descriptors.iter().zip(matched).enumerate() {
+            let m = m.filter(|m| {
+                let r = replaced.as_ref();
+                !m.name.is_some_and(|n| r.is_some_and(|r| r.contains(n)))
+            });
+            let Some(m) = m else {
+                plan.by_descriptor.push(None);
+                continue;
+            };
+            let hits = d.hits_addend.unwrap_or(default_hits);
+            let (bucket, store) = match slot(m.identity, d, &m.info) {
+                Slot::Tracked(b) => (b, StoreStatus::Up),
+                Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
+            };
+            let at = match plan
+                .charges
+                .iter()
+                .position(|c| Arc::ptr_eq(&c.bucket, &bucket))
+            {
+                Some(at) => {
+                    let c = &mut plan.charges[at];
+                    c.hits = c.hits.saturating_add(hits);
+                    at
+                }
+                None => {
+                    plan.charges.push(Charge {
+                        bucket,
+                        info: m.info,
+                        hits,
+                        descriptor: index,
+                        store,
+                    });
+                    plan.charges.len() - 1
+                }
+            };
+            plan.by_descriptor.push(Some(at));
+        }
+        plan.sort_for_locking();
+        plan
+    }
+
+    /// Sorts the charges by bucket address and points the descriptors at their new places.
+    fn sort_for_locking(&mut self) {
+        let mut order: SmallVec<[usize; 4]> = (0..self.charges.len()).collect();
+        order.sort_by_key(|&i| Arc::as_ptr(&self.charges[i].bucket) as usize);
+        if order.iter().enumerate().all(|(to, &from)| to == from) {
+            return;
+        }
+        let mut new_place: SmallVec<[usize; 4]> = SmallVec::from_elem(0, order.len());
+        for (to, &from) in order.iter().enumerate() {
+            new_place[from] = to;
+        }
+        let mut taken: SmallVec<[Option<Charge>; 4]> = self.charges.drain(..).map(Some).collect();
+        self.charges = order.iter().filter_map(|&i| taken[i].take()).collect();
+        for at in self.by_descriptor.iter_mut().flatten() {
+            *at = new_place[*at];
+        }
+    }
+
+    /// Why some enforcing charge can never be paid: the request is denied without store calls.
+    pub(crate) fn hopeless(&self) -> bool {
+        self.charges
+            .iter()
+            .any(|c| !c.info.shadow && c.terms(1).hopeless().is_some())
+    }
+}
+
+/// The limit of descriptor `d` in `domain` and the identity of its bucket (`None`: no limit
+/// applies).
+fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Matched<'r>> {
+    if let Some(o) = d.limit_override {
+        let rate = Rate::per_unit(o.requests_per_unit, o.unit);
+        return Some(Matched {
+            info: LimitInfo {
+                rate,
+                rule: None,
+                mode: Mode::Strict,
+                fallback: Fallback::LocalShare,
+                shadow: false,
+            },
+            identity: override_identity(domain, &rate),
+            name: None,
+            replaces: &[],
+        });
+    }
+    let Match::Rule(rule) = rules.match_descriptor(domain, &d.entries) else {
+        return None;
+    };
+    let Limit::Limited {
+        rate,
+        mode,
+        fallback,
+    } = rule.limit
+    else {
+        return None;
+    };
+    Some(Matched {
+        info: LimitInfo {
+            rate,
+            rule: Some(rule.id),
+            mode,
+            fallback,
+            shadow: rule.shadow_mode,
+        },
+        identity: rule.fingerprint,
+        name: rule.explicit_name.as_deref(),
+        replaces: &rule.replaces,
+    })
+}
+
+/// A stable identity for a caller-supplied limit override in `domain` (part of its store keys,
+/// so its format is fixed: see `docs/architecture.md`).
+pub(crate) fn override_identity(domain: &str, rate: &Rate) -> u64 {
+    let text = format!(
+        "override\u{0}{domain}\u{0}{}\u{0}{}",
+        rate.requests_per_unit, rate.unit
+    );
+    sluice_core::hash::fnv1a_of(text.as_bytes())
+}

@@ -1,0 +1,212 @@
+//! The tracked keys: bucket key → [`LeaseBucket`], bounded by `max_keys`, evicting only keys at
+//! rest.
+//!
+//! A key is *at rest* when forgetting it loses nothing a limit depends on (a leased key, whose
+//! truth is in the global store and whose lease goes back; a local bucket that has refilled to
+//! full). Idle keys are evicted once at rest; when the table is full, the least recently used
+//! keys at rest make room. If none is at rest, a new key is not tracked and its request is
+//! denied ([`Denial::NoRoom`](crate::decision::Denial::NoRoom)): the table never resets a limit
+//! to make room, and it frees up as soon as a tracked key refills.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use sluice_core::Entry;
+use sluice_core::bucket::Rate;
+
+use crate::bucket::LeaseBucket;
+use crate::decision::LimitInfo;
+use crate::key::{self, BucketKey};
+use crate::ledger::LeaseState;
+use crate::metrics::EngineMetrics;
+use crate::plan::Slot;
+
+/// Tokens to hand back to the global store.
+#[derive(Debug)]
+pub(crate) struct Return {
+    /// The global bucket.
+    pub(crate) store_key: String,
+    /// Its limit.
+    pub(crate) rate: Rate,
+    /// How many.
+    pub(crate) tokens: u64,
+}
+
+impl Return {
+    /// Takes the bucket's whole lease (the caller holds its lock), if it holds any.
+    fn take(key: &BucketKey, bucket: &LeaseBucket, state: &mut LeaseState) -> Option<Self> {
+        (state.lease > 0).then(|| Return {
+            store_key: key::store_key_of(key),
+            rate: bucket.rate,
+            tokens: std::mem::take(&mut state.lease),
+        })
+    }
+}
+
+/// The tracked keys.
+pub(crate) struct BucketTable {
+    /// Bucket keys → local state. `Arc` values let a decision drop the map's shard lock before
+    /// taking the bucket's own lock, so no map lock is ever held while another is taken.
+    map: DashMap<BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>,
+    max_keys: usize,
+    /// After a full table had no key at rest: the earliest time one can be (a local bucket
+    /// refilled), so new keys before then are refused without scanning the table again.
+    no_room_until: AtomicU64,
+    metrics: EngineMetrics,
+}
+
+impl BucketTable {
+    /// An empty table of at most `max_keys` keys.
+    pub(crate) fn new(max_keys: usize, metrics: EngineMetrics) -> Self {
+        Self {
+            map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            max_keys,
+            no_room_until: AtomicU64::new(0),
+            metrics,
+        }
+    }
+
+    /// How many keys are tracked.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The bucket of `(identity, entries)`, if tracked.
+    pub(crate) fn get(&self, identity: u64, entries: &[Entry]) -> Option<Arc<LeaseBucket>> {
+        key::with_encoded(identity, entries, |k| {
+            self.map.get(k).map(|b| Arc::clone(b.value()))
+        })
+    }
+
+    /// The bucket of `(identity, entries)`, created on first use (evicting keys at rest to make
+    /// room; their leases are added to `returns`). Touches it.
+    pub(crate) fn slot(
+        &self,
+        identity: u64,
+        entries: &[Entry],
+        info: &LimitInfo,
+        now: u64,
+        returns: &mut Vec<Return>,
+    ) -> Slot {
+        if let Some(b) = self.get(identity, entries) {
+            b.touch(now);
+            return Slot::Tracked(b);
+        }
+        let fresh = || Arc::new(LeaseBucket::new(info.rate, info.mode, identity, now));
+        if !self.make_room(now, returns) {
+            self.metrics.keys_refused.inc();
+            return Slot::NoRoom(fresh());
+        }
+        let owned = key::with_encoded(identity, entries, key::owned);
+        let bucket = Arc::clone(self.map.entry(owned).or_insert_with(fresh).value());
+        bucket.touch(now);
+        self.metrics.tracked_keys.set(self.map.len() as i64);
+        Slot::Tracked(bucket)
+    }
+
+    /// Forgets a key (an operator reset).
+    pub(crate) fn remove(&self, identity: u64, entries: &[Entry]) {
+        key::with_encoded(identity, entries, |k| self.map.remove(k));
+        self.metrics.tracked_keys.set(self.map.len() as i64);
+    }
+
+    /// Makes room for one more key; false if the table is full and no key is at rest. When full,
+    /// evicts the least recently used keys at rest until 90% of the bound remains (one pass to
+    /// find the cut-off time, one to evict).
+    fn make_room(&self, now: u64, returns: &mut Vec<Return>) -> bool {
+        let max = self.max_keys;
+        let before = self.map.len();
+        if before < max {
+            return true;
+        }
+        if now < self.no_room_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        let keep = (max - max / 10).saturating_sub(1);
+        let mut resting = Vec::new();
+        let mut next_at_rest = u64::MAX;
+        for entry in self.map.iter() {
+            let b = entry.value();
+            if b.at_rest(now) {
+                resting.push(b.last_used());
+            } else {
+                let state = b.lock();
+                let left = state.remaining(b.mode, &b.rate, now);
+                next_at_rest = next_at_rest.min(b.rate.micros_until_full(left));
+            }
+        }
+        let evict = before.saturating_sub(keep).min(resting.len());
+        if evict == 0 {
+            self.no_room_until
+                .store(now.saturating_add(next_at_rest.max(1)), Ordering::Relaxed);
+            tracing::debug!("max_keys reached and no tracked key is at rest: new keys are denied");
+            return false;
+        }
+        // Keys at rest used at or before `cutoff` are the `evict` least recently used (ties may
+        // evict a few more).
+        let (_, cutoff, _) = resting.select_nth_unstable(evict - 1);
+        let cutoff = *cutoff;
+        self.map.retain(|key, bucket| {
+            let keep = bucket.last_used() > cutoff || !bucket.at_rest(now);
+            if !keep {
+                returns.extend(Return::take(key, bucket, &mut bucket.lock()));
+            }
+            keep
+        });
+        let evicted = before.saturating_sub(self.map.len());
+        self.metrics
+            .evictions
+            .with_label_values(&["capacity"])
+            .inc_by(evicted as u64);
+        tracing::debug!(
+            evicted,
+            "max_keys reached; evicted the least recently used keys at rest"
+        );
+        self.map.len() < max
+    }
+
+    /// Takes back leases unspent for `ttl` and evicts keys idle for `idle` that are at rest;
+    /// returns the tokens to hand back.
+    pub(crate) fn sweep(&self, now: u64, idle: u64, ttl: u64) -> Vec<Return> {
+        let mut returns = Vec::new();
+        let before = self.map.len();
+        self.map.retain(|key, bucket| {
+            let is_idle = now.saturating_sub(bucket.last_used()) > idle;
+            let mut state = bucket.lock();
+            if (is_idle || now.saturating_sub(state.leased_at) > ttl)
+                && let Some(r) = Return::take(key, bucket, &mut state)
+            {
+                returns.push(r);
+                // The global reading is stale once tokens went back; read it again on use.
+                state.global_known = false;
+            }
+            !(is_idle && state.at_rest(bucket.mode, &bucket.rate, now))
+        });
+        let evicted = before.saturating_sub(self.map.len());
+        self.metrics
+            .evictions
+            .with_label_values(&["idle"])
+            .inc_by(evicted as u64);
+        self.metrics.tracked_keys.set(self.map.len() as i64);
+        returns
+    }
+
+    /// Takes every lease this instance holds (at shutdown).
+    pub(crate) fn take_all_leases(&self) -> Vec<Return> {
+        self.map
+            .iter()
+            .filter_map(|entry| {
+                let bucket = entry.value();
+                Return::take(entry.key(), bucket, &mut bucket.lock())
+            })
+            .collect()
+    }
+
+    /// Calls `f` on every tracked key.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&BucketKey, &LeaseBucket)) {
+        for entry in self.map.iter() {
+            f(entry.key(), entry.value());
+        }
+    }
+}
