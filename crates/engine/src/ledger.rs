@@ -190,10 +190,10 @@ impl Terms {
 
     /// Why this bucket can never pay, whatever its state: denied before any store call.
     pub fn hopeless(&self) -> Option<Denial> {
-        if self.store == StoreStatus::NoRoom {
-            Some(Denial::NoRoom)
-        } else if self.need() > self.effective().1.burst {
+        if self.need() > self.effective().1.burst {
             Some(Denial::CostAboveBurst)
+        } else if self.store == StoreStatus::NoRoom {
+            Some(Denial::NoRoom)
         } else {
             None
         }

@@ -117,21 +117,23 @@ impl Plan {
                 continue;
             };
             let hits = d.hits_addend.unwrap_or(default_hits);
-            let (bucket, store) = match slot(m.identity, d, &m.info) {
-                Slot::Tracked(b) => (b, StoreStatus::Up),
-                Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
-            };
-            let at = match plan
-                .charges
-                .iter()
-                .position(|c| Arc::ptr_eq(&c.bucket, &bucket))
-            {
+            // The same key twice in one request is one bucket (found by key, not by bucket:
+            // an untracked bucket made for a key with no room is made once per request too).
+            let seen = plan.charges.iter().position(|c| {
+                c.bucket.identity == m.identity
+                    && req.descriptors[c.descriptor].entries == d.entries
+            });
+            let at = match seen {
                 Some(at) => {
                     let c = &mut plan.charges[at];
                     c.hits = c.hits.saturating_add(hits);
                     at
                 }
                 None => {
+                    let (bucket, store) = match slot(m.identity, d, &m.info) {
+                        Slot::Tracked(b) => (b, StoreStatus::Up),
+                        Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
+                    };
                     plan.charges.push(Charge {
                         bucket,
                         info: m.info,

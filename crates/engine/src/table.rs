@@ -128,7 +128,9 @@ impl BucketTable {
         let mut next_at_rest = u64::MAX;
         for entry in self.map.iter() {
             let b = entry.value();
-            if b.at_rest(now) {
+            // A key used at this very instant may be part of a request being decided (even this
+            // one): evicting it would strand the lease that request is spending from.
+            if b.last_used() < now && b.at_rest(now) {
                 resting.push(b.last_used());
             } else {
                 let state = b.lock();
@@ -148,7 +150,8 @@ impl BucketTable {
         let (_, cutoff, _) = resting.select_nth_unstable(evict - 1);
         let cutoff = *cutoff;
         self.map.retain(|key, bucket| {
-            let keep = bucket.last_used() > cutoff || !bucket.at_rest(now);
+            let keep =
+                bucket.last_used() > cutoff || bucket.last_used() >= now || !bucket.at_rest(now);
             if !keep {
                 returns.extend(Return::take(key, bucket, &mut bucket.lock()));
             }

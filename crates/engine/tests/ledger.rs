@@ -153,6 +153,19 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// Where a key's tokens are: in the global bucket, or leased by the engines.
+#[derive(Debug, Clone, Copy)]
+struct Available {
+    store: f64,
+    leased: u64,
+}
+
+impl Available {
+    fn total(self) -> f64 {
+        self.store + self.leased as f64
+    }
+}
+
 /// A key as the test sees it: (rule key, value, override rate); local keys also per engine.
 type KeyId = (&'static str, u8, u64, Option<usize>);
 
@@ -179,7 +192,6 @@ fn key_id(p: &Pick, engine: usize) -> KeyId {
 struct World {
     clock: ManualClock,
     engines: Vec<Engine>,
-    start: u64,
     /// Per key: its first use and the hits admitted since.
     admitted: BTreeMap<KeyId, (u64, u64)>,
 }
@@ -206,18 +218,16 @@ impl World {
                 )
             })
             .collect();
-        let start = clock.now_micros();
         Self {
             clock,
             engines,
-            start,
             admitted: BTreeMap::new(),
         }
     }
 
-    /// Tokens available to `p`'s key across both engines and the store (rule keys only; an
-    /// override has no rule to look it up by).
-    async fn available(&self, p: &Pick, engine: usize) -> Option<f64> {
+    /// Tokens available to `p`'s key: the store's and the leases of both engines (rule keys
+    /// only; an override has no rule to look it up by), or the local bucket's.
+    async fn available(&self, p: &Pick, engine: usize) -> Option<Available> {
         let key = KEYS[p.key];
         if key == "o" {
             return None;
@@ -226,11 +236,16 @@ impl World {
         let (_, _, local) = limit_of(key, None);
         if local {
             let v = self.engines[engine].quota("p", &entries).await;
-            return v.global_remaining;
+            return v
+                .global_remaining
+                .map(|store| Available { store, leased: 0 });
         }
         let first = self.engines[0].quota("p", &entries).await;
         let second = self.engines[1].quota("p", &entries).await;
-        Some(first.global_remaining? + (first.local_lease + second.local_lease) as f64)
+        Some(Available {
+            store: first.global_remaining?,
+            leased: first.local_lease + second.local_lease,
+        })
     }
 
     /// Lets background refills and lease returns run (a current-thread runtime runs spawned
@@ -305,12 +320,16 @@ async fn request(
             prop_assert!(shadow || !allowed, "{:?} over its burst was admitted", id);
         }
         let charged = allowed && hits > 0 && outcome.denial.is_none();
-        // (c) Exactly `hits` were taken from the key, or nothing.
+        // (c) Exactly `hits` were taken from the key, or nothing. Besides, a lease going back
+        // to the store (an eviction) may lose tokens beyond the burst, where the store is capped:
+        // that only ever removes tokens, and only with the store full.
         if let (Some(b), Some(a)) = (before[id], w.available(&picks[i], engine).await) {
             let want = if charged { hits as f64 } else { 0.0 };
+            let taken = b.total() - a.total();
+            let capped = a.store >= burst as f64 - 1e-6 && taken > want;
             prop_assert!(
-                (b - a - want).abs() < 1e-6,
-                "{:?}: {} tokens before, {} after, {} charged (allowed: {})",
+                (taken - want).abs() < 1e-6 || capped,
+                "{:?}: {:?} before, {:?} after, {} charged (allowed: {})",
                 id,
                 b,
                 a,
@@ -362,19 +381,30 @@ async fn no_lockout(c: &Case, w: &World) -> Result<(), TestCaseError> {
         };
         let mut d = descriptor(&p);
         d.hits_addend = Some(hits);
-        let engine = id.3.unwrap_or(0);
-        let decision = w.decide(engine, &[d], 0).await;
-        prop_assert_eq!(
-            decision.overall,
-            Code::Ok,
-            "{:?}: {} hits after a full refill: {:?}",
-            id,
-            hits,
-            decision.outcomes[0]
-        );
-        // Leave the key as it was found: full again before the next one is checked.
-        w.clock.advance_micros(longest_refill);
-        w.engines[engine].sweep().await;
+        // A local key on the engine that used it; a shared key on each engine in turn.
+        let engines = match id.3 {
+            Some(e) => vec![e],
+            None => vec![0, 1],
+        };
+        for engine in engines {
+            let decision = w.decide(engine, std::slice::from_ref(&d), 0).await;
+            prop_assert_eq!(
+                decision.overall,
+                Code::Ok,
+                "{:?} on engine {}: {} hits after a full refill: {:?}",
+                id,
+                engine,
+                hits,
+                decision.outcomes[0]
+            );
+            // Leave the key as it was found: its lease back and full again.
+            w.clock
+                .advance_micros(longest_refill + c.lease_ttl_ms * 1_000 + 1);
+            for e in &w.engines {
+                e.sweep().await;
+            }
+            w.clock.advance_micros(longest_refill);
+        }
     }
     Ok(())
 }
@@ -388,8 +418,8 @@ fn block_on(c: Case) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: 96, rng_seed: RngSeed::Fixed(0x5_1u1c3), ..Config::default() })]
-    /// The same 96 cases on every run.
+    #![proptest_config(Config { cases: 256, rng_seed: RngSeed::Fixed(0x511ce), ..Config::default() })]
+    /// The same 256 cases on every run.
     #[test]
     fn invariants_hold_on_fixed_cases(c in case()) {
         block_on(c)?;
@@ -397,7 +427,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: 64, ..Config::default() })]
+    #![proptest_config(Config { cases: 128, ..Config::default() })]
     /// New cases on every run (failures are saved under `proptest-regressions/`).
     #[test]
     fn invariants_hold_on_random_cases(c in case()) {
