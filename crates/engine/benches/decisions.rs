@@ -23,11 +23,7 @@ use sluice_engine::{
 const CONFIG: &str = "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n";
 
 fn rules() -> RuleSet {
-    let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let path = dir.join("bench.yaml");
-    std::fs::write(&path, CONFIG).expect("write");
-    sluice_core::load_config(&path).expect("config").rules
+    sluice_core::parse_config(CONFIG).expect("config").rules
 }
 
 /// Polls a future that is expected to be ready at once (a lease hit does no I/O).

@@ -18,11 +18,7 @@ descriptors:
 "#;
 
 fn rules() -> RuleSet {
-    let dir = std::env::temp_dir().join(format!("sluice-regressions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let path = dir.join(format!("{:?}.yaml", std::thread::current().id()));
-    std::fs::write(&path, RULES).expect("write");
-    sluice_core::load_config(&path).expect("rules").rules
+    sluice_core::parse_config(RULES).expect("rules").rules
 }
 
 fn engine(clock: &ManualClock, store: Arc<dyn GlobalStore>, settings: EngineSettings) -> Engine {

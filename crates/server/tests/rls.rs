@@ -225,14 +225,10 @@ async fn decision_counters_follow_a_reload_to_the_new_rule_names() {
     let req = request("edge", &[&[("remote_address", "10.0.0.9")]]);
     rls.should_rate_limit(req.clone()).await.expect("rpc");
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("renamed.yaml");
-    std::fs::write(
-        &path,
+    let config = sluice_core::parse_config(
         "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: renamed, unit: minute, requests_per_unit: 1}\n",
     )
-    .expect("write");
-    let config = sluice_core::load_config(&path).expect("valid config");
+    .expect("valid config");
     server.state.engine.swap_rules(config.rules);
     for _ in 0..2 {
         rls.should_rate_limit(req.clone()).await.expect("rpc");

@@ -5,7 +5,7 @@ use crate::store::{LeaseGrant, StoreError, StoreFuture};
 use sluice_core::Descriptor;
 use sluice_core::ManualClock;
 use sluice_core::bucket::Rate;
-use sluice_core::config::load_config;
+use sluice_core::config::parse_config;
 
 const CONFIG: &str = r#"
 domains:
@@ -33,20 +33,7 @@ domains:
 "#;
 
 fn rules() -> RuleSet {
-    let dir = tempfile_dir();
-    let path = dir.join("c.yaml");
-    std::fs::write(&path, CONFIG).expect("write");
-    load_config(&path).expect("config").rules
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sluice-engine-test-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    dir
+    parse_config(CONFIG).expect("config").rules
 }
 
 fn engine_on(store: Arc<dyn GlobalStore>, clock: &ManualClock, settings: EngineSettings) -> Engine {

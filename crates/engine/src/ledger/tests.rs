@@ -1,1 +1,174 @@
 use super::*;
+use proptest::prelude::*;
+use sluice_core::Unit;
+
+const SEC: u64 = 1_000_000;
+
+fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
+    Terms {
+        hits,
+        mode,
+        rate: Rate {
+            requests_per_unit: 10,
+            unit: Unit::Second,
+            burst,
+        },
+        shadow: false,
+        store: StoreStatus::Up,
+    }
+}
+
+fn settled(s: Settlement) -> (bool, SmallVec<[Verdict; 4]>) {
+    match s {
+        Settlement::Settled { allowed, verdicts } => (allowed, verdicts),
+        Settlement::LeaseAgain => panic!("asked to lease again"),
+    }
+}
+
+#[test]
+fn a_cost_above_the_burst_is_denied_for_good_and_charges_nothing() {
+    let t = [terms(11, Mode::Local, 10)];
+    let mut s = LeaseState::new(&t[0].rate, 0);
+    let before = s.clone();
+    let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, true));
+    assert!(!allowed);
+    assert_eq!(v[0].denial, Some(Denial::CostAboveBurst));
+    assert_eq!(v[0].retry_after, None, "it never passes");
+    assert_eq!(s.local, before.local);
+    assert_eq!(t[0].hopeless(), Some(Denial::CostAboveBurst));
+}
+
+#[test]
+fn a_leased_bucket_that_came_up_short_leases_again_once() {
+    let t = [terms(2, Mode::Strict, 10)];
+    let mut s = LeaseState::new(&t[0].rate, 0);
+    s.lease = 1;
+    assert_eq!(settle(&t, &mut [&mut s], 0, true), Settlement::LeaseAgain);
+    let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, false));
+    assert!(!allowed);
+    assert_eq!(v[0].denial, Some(Denial::Empty));
+    assert_eq!(s.lease, 1, "nothing charged");
+    // A starved key waits for its retry time instead.
+    s.retry_at = 5;
+    assert!(matches!(
+        settle(&t, &mut [&mut s], 0, true),
+        Settlement::Settled { .. }
+    ));
+}
+
+#[test]
+fn a_peek_blocks_the_request_when_nothing_is_left() {
+    let t = [terms(0, Mode::Local, 1), terms(1, Mode::Local, 5)];
+    let mut empty = LeaseState::new(&t[0].rate, 0);
+    empty.local.tokens = 0.0;
+    let mut full = LeaseState::new(&t[1].rate, 0);
+    let (allowed, v) = settled(settle(&t, &mut [&mut empty, &mut full], 0, true));
+    assert!(!allowed);
+    assert_eq!(v[0].denial, Some(Denial::Empty));
+    assert_eq!(v[1].denial, None, "the other bucket could pay");
+    assert_eq!(full.local.tokens, 5.0, "but was not charged");
+    assert_eq!(
+        v[0].retry_after,
+        Some(100_000),
+        "one token at 10/s is 100 ms away"
+    );
+}
+
+#[test]
+fn fallbacks_decide_while_the_store_is_down() {
+    let down = |fallback| Terms {
+        store: StoreStatus::Down {
+            fallback,
+            instances: 4,
+        },
+        ..terms(1, Mode::Strict, 8)
+    };
+    let mut s = LeaseState::new(&terms(1, Mode::Strict, 8).rate, 0);
+    let (allowed, v) = settled(settle(&[down(Fallback::Allow)], &mut [&mut s], 0, true));
+    assert!(allowed && v[0].fallback);
+    let (allowed, v) = settled(settle(&[down(Fallback::Deny)], &mut [&mut s], 0, true));
+    assert!(!allowed && v[0].denial == Some(Denial::StoreDown));
+    // local_share: 8 / 4 instances = a local bucket of 2.
+    let share = [down(Fallback::LocalShare)];
+    let admitted = (0..5)
+        .filter(|_| settled(settle(&share, &mut [&mut s], 0, true)).0)
+        .count();
+    assert_eq!(admitted, 2);
+    let big = Terms {
+        hits: 3,
+        ..down(Fallback::LocalShare)
+    };
+    assert_eq!(
+        big.hopeless(),
+        Some(Denial::CostAboveBurst),
+        "above the share"
+    );
+}
+
+#[test]
+fn no_room_denies_even_a_peek_and_never_leases_again() {
+    let t = [Terms {
+        store: StoreStatus::NoRoom,
+        ..terms(0, Mode::Strict, 5)
+    }];
+    let mut s = LeaseState::new(&t[0].rate, 0);
+    let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, true));
+    assert!(!allowed && v[0].denial == Some(Denial::NoRoom));
+}
+
+#[test]
+fn a_local_bucket_is_at_rest_only_when_full() {
+    let rate = terms(1, Mode::Local, 10).rate;
+    let mut s = LeaseState::new(&rate, 0);
+    assert!(s.at_rest(Mode::Local, &rate, 0));
+    s.local.tokens = 9.0;
+    assert!(!s.at_rest(Mode::Local, &rate, 0));
+    assert!(s.at_rest(Mode::Local, &rate, SEC / 10), "refilled");
+    assert!(s.at_rest(Mode::Strict, &rate, 0), "leases go back");
+}
+
+proptest! {
+    /// Over any buckets, states and hits: either every enforcing bucket is charged exactly its
+    /// hits, or no state changes at all; shadow buckets never block.
+    #[test]
+    fn all_or_nothing(
+        buckets in prop::collection::vec(
+            (0u64..12, 0u64..8, prop::bool::ANY, prop::bool::ANY, 0.0f64..12.0, 0usize..3),
+            1..5,
+        ),
+    ) {
+        let modes = [Mode::Local, Mode::Strict, Mode::Exact];
+        let t: Vec<Terms> = buckets
+            .iter()
+            .map(|&(hits, _, shadow, _, _, mode)| Terms {
+                shadow,
+                ..terms(hits, modes[mode], 10)
+            })
+            .collect();
+        let mut states: Vec<LeaseState> = buckets
+            .iter()
+            .map(|&(_, lease, _, starved, tokens, _)| {
+                let mut s = LeaseState::new(&t[0].rate, 0);
+                s.lease = lease;
+                s.local.tokens = tokens.min(10.0);
+                s.retry_at = if starved { 1 } else { 0 };
+                s
+            })
+            .collect();
+        let before = states.clone();
+        let mut refs: Vec<&mut LeaseState> = states.iter_mut().collect();
+        let settlement = settle(&t, &mut refs, 0, false);
+        let Settlement::Settled { allowed, verdicts } = settlement else {
+            return Err(TestCaseError::fail("no retry was allowed"));
+        };
+        let blocked = t.iter().zip(&verdicts).any(|(t, v)| !t.shadow && v.denial.is_some());
+        prop_assert_eq!(allowed, !blocked);
+        for ((t, v), (b, a)) in t.iter().zip(&verdicts).zip(before.iter().zip(&states)) {
+            let charged = allowed && v.denial.is_none() && t.hits > 0;
+            let spent_lease = b.lease - a.lease;
+            let spent_local = b.local.tokens - a.local.tokens;
+            let spent = if t.mode == Mode::Local { spent_local } else { spent_lease as f64 };
+            prop_assert_eq!(spent, if charged { t.hits as f64 } else { 0.0 });
+        }
+    }
+}

@@ -23,10 +23,7 @@ descriptors:
 
 /// An engine with `RULES` over `store`.
 pub fn engine(store: Arc<dyn GlobalStore>) -> Engine {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("rules.yaml");
-    std::fs::write(&path, RULES).expect("write");
-    let rules = sluice_core::load_config(&path).expect("rules").rules;
+    let rules = sluice_core::parse_config(RULES).expect("rules").rules;
     Engine::new(
         rules,
         store,

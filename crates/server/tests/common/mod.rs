@@ -25,16 +25,12 @@ pub struct TestServer {
     pub state: Arc<AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), sluice_server::ServeError>>>,
-    _dir: tempfile::TempDir,
 }
 
 impl TestServer {
     /// Starts a server on the config `yaml`.
     pub async fn start(yaml: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("sluice.yaml");
-        std::fs::write(&path, yaml).expect("write config");
-        let config = sluice_core::load_config(&path).expect("valid config");
+        let config = sluice_core::parse_config(yaml).expect("valid config");
         let registry = Registry::new();
         let runtime = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
@@ -73,7 +69,6 @@ impl TestServer {
             state,
             stop: Some(tx),
             task: Some(task),
-            _dir: dir,
         }
     }
 
