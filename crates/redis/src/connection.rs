@@ -58,6 +58,41 @@ impl Conn {
     }
 }
 
+/// Checks what the Redis client will make of `settings`, without connecting: every URL parses
+/// (scheme, host, port, database, credentials) and a client can be built from it (TLS roots
+/// included). `sluice config check` and `sluice serve` run it before binding any port, so a
+/// malformed URL is a config error (exit 64), not a failure at start. Messages never echo a URL:
+/// it may hold a password.
+pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
+    let say = |which: &str, e: &RedisError| {
+        let text = e.to_string();
+        let leaks = settings
+            .url
+            .iter()
+            .chain(&settings.cluster_nodes)
+            .any(|u| text.contains(u.as_str()));
+        let why = if leaks {
+            format!("{:?}", e.kind())
+        } else {
+            text
+        };
+        format!("{which}: {why}")
+    };
+    if is_cluster(settings) {
+        for (i, node) in settings.cluster_nodes.iter().enumerate() {
+            node.as_str()
+                .into_connection_info()
+                .map_err(|e| say(&format!("cluster_nodes[{i}]"), &e))?;
+        }
+        cluster_builder(settings)
+            .build()
+            .map_err(|e| say("cluster_nodes", &e))?;
+    } else {
+        client(settings).map_err(|e| say("url", &e))?;
+    }
+    Ok(())
+}
+
 /// Which kind of deployment the settings describe.
 pub fn is_cluster(settings: &RedisSettings) -> bool {
     !settings.cluster_nodes.is_empty()
@@ -78,31 +113,36 @@ fn tls_certificates(ca: &[u8]) -> redis::TlsCertificates {
     }
 }
 
-/// A standalone connection manager. It connects lazily and reconnects by itself, so sluice starts
-/// (degraded) even while Redis is down.
-pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
+/// A standalone client (not connected).
+fn client(settings: &RedisSettings) -> Result<redis::Client, RedisError> {
     let url = settings.url.as_deref().unwrap_or_default();
     let mut info = url.into_connection_info()?;
     if let Some(p) = password(settings) {
         let redis = info.redis_settings().clone().set_password(p);
         info = info.set_redis_settings(redis);
     }
-    let client = match &settings.tls_ca_pem {
-        Some(ca) => redis::Client::build_with_tls(info, tls_certificates(ca))?,
-        None => redis::Client::open(info)?,
-    };
+    match &settings.tls_ca_pem {
+        Some(ca) => redis::Client::build_with_tls(info, tls_certificates(ca)),
+        None => redis::Client::open(info),
+    }
+}
+
+/// A standalone connection manager. It connects lazily and reconnects by itself, so sluice starts
+/// (degraded) even while Redis is down.
+pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout.0))
         .set_response_timeout(Some(settings.timeout.0))
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
     Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
-        client, config,
+        client(settings)?,
+        config,
     )?))
 }
 
-/// A cluster connection (discovers the slot map from the seed nodes).
-pub async fn cluster(settings: &RedisSettings) -> Result<Conn, RedisError> {
+/// A cluster client builder (nothing connects until the client is used).
+fn cluster_builder(settings: &RedisSettings) -> ClusterClientBuilder {
     let mut builder = ClusterClientBuilder::new(settings.cluster_nodes.clone())
         .connection_timeout(settings.connect_timeout.0)
         .response_timeout(settings.timeout.0)
@@ -113,6 +153,11 @@ pub async fn cluster(settings: &RedisSettings) -> Result<Conn, RedisError> {
     if let Some(ca) = &settings.tls_ca_pem {
         builder = builder.certs(tls_certificates(ca));
     }
-    let client = builder.build()?;
+    builder
+}
+
+/// A cluster connection (discovers the slot map from the seed nodes).
+pub async fn cluster(settings: &RedisSettings) -> Result<Conn, RedisError> {
+    let client = cluster_builder(settings).build()?;
     Ok(Conn::Cluster(client.get_async_connection().await?))
 }

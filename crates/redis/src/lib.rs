@@ -15,4 +15,5 @@ pub mod connection;
 pub mod scripts;
 pub mod store;
 
+pub use connection::check_settings;
 pub use store::{RedisMetrics, RedisStore};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use sluice_core::ConfigError;
 use sluice_core::config::{Config, load_config};
 use sluice_core::hash::{FNV_OFFSET, fnv1a};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +55,9 @@ pub struct ReloadOptions {
     pub files: Vec<PathBuf>,
     /// Settings that need a restart to change (engine, redis), as loaded at start.
     pub restart_only: String,
+    /// How a changed config is loaded and checked (the binary adds the checks only its
+    /// dependencies can make).
+    pub load: fn(&Path) -> Result<Config, ConfigError>,
 }
 
 impl ReloadOptions {
@@ -64,7 +68,13 @@ impl ReloadOptions {
             interval,
             files: config.files.clone(),
             restart_only: restart_only(config),
+            load: load_config,
         }
+    }
+
+    /// The same, loading changes with `load`.
+    pub fn loading_with(self, load: fn(&Path) -> Result<Config, ConfigError>) -> Self {
+        Self { load, ..self }
     }
 }
 
@@ -101,8 +111,8 @@ pub async fn watch(
             continue;
         }
         seen = now;
-        let path = options.path.clone();
-        let loaded = tokio::task::spawn_blocking(move || load_config(&path)).await;
+        let (path, load) = (options.path.clone(), options.load);
+        let loaded = tokio::task::spawn_blocking(move || load(&path)).await;
         match loaded {
             Ok(Ok(config)) => {
                 last_error = None;

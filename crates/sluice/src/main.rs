@@ -4,10 +4,12 @@
 //! - `cli`: the command line (clap).
 //! - `run`: `sluice serve`: load config, bind ports, serve until SIGTERM/SIGINT.
 //! - `client`: `sluice quota …`, `sluice rules`, `sluice check` against a running sluice.
+//! - `config`: loading and checking the config, the same for `serve` and `config check`.
 //! - this file: parsing, logging, dispatch and exit codes.
 
 mod cli;
 mod client;
+mod config;
 mod run;
 
 use std::process::ExitCode;
@@ -44,7 +46,7 @@ fn main() -> ExitCode {
         } => client_command(client::check(target, descriptor, hits)),
         Command::Config {
             command: ConfigCommand::Check { path },
-        } => match sluice_core::load_config(&path) {
+        } => match config::load(&path) {
             Ok(config) => {
                 let rules = config.rules.rules().len();
                 let domains = config.rules.domains().len();

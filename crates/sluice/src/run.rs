@@ -30,7 +30,7 @@ impl From<anyhow::Error> for RunError {
 
 /// Loads and validates the config before any port is bound, then serves until SIGTERM/SIGINT.
 pub fn serve(args: ServeArgs) -> Result<(), RunError> {
-    let config = sluice_core::load_config(&args.config).map_err(RunError::Config)?;
+    let config = crate::config::load(&args.config).map_err(RunError::Config)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(n) = args.worker_threads {
@@ -42,7 +42,10 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let registry = Registry::new();
         let clock = Arc::new(SystemClock::new());
         let (store, redis): (Arc<dyn GlobalStore>, Option<Arc<RedisStore>>) = match &config.redis {
-            None => (MemoryStore::new(SystemClock::new()), None),
+            None => (
+                MemoryStore::with_max_keys(SystemClock::new(), config.engine.max_keys),
+                None,
+            ),
             Some(settings) => {
                 let metrics =
                     RedisMetrics::register(&registry).context("registering Redis metrics")?;
@@ -68,7 +71,8 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             let metrics =
                 ReloadMetrics::register(&registry).context("registering reload metrics")?;
             Some((
-                ReloadOptions::for_config(&args.config, &config, args.reload_interval),
+                ReloadOptions::for_config(&args.config, &config, args.reload_interval)
+                    .loading_with(crate::config::load),
                 metrics,
             ))
         };

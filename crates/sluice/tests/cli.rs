@@ -71,6 +71,64 @@ fn serve_refuses_a_bad_config_before_binding_any_port() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.yaml:4: "));
 }
 
+/// Settings that passed `config check` and then broke `serve` (a panic in the heartbeat task, a
+/// wrap, exit 1): now exit 64 with the line, from both.
+#[test]
+fn settings_that_would_fail_later_are_config_errors_at_their_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text, line, needle) in [
+        (
+            "url.yaml",
+            "shadow_mode: false\nredis:\n  url: redis://user:hunter2@host:abc/0\n",
+            3,
+            "redis: url: Redis URL did not parse",
+        ),
+        (
+            "heartbeat.yaml",
+            "redis:\n  url: redis://127.0.0.1:1\n  heartbeat_interval: 18446744073709551616s\n",
+            3,
+            "longer than the maximum of 365 days",
+        ),
+        (
+            "idle.yaml",
+            "engine:\n  idle_timeout: 18000000000000s\n",
+            2,
+            "longer than the maximum of 365 days",
+        ),
+        (
+            "cluster.yaml",
+            "redis:\n  cluster_nodes: [redis://127.0.0.1:7000, \"redis://:pw@h:99999\"]\n",
+            2,
+            "cluster_nodes[1]",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        let expected = format!("{}:{line}: ", path.display());
+        let check = sluice()
+            .args(["config", "check"])
+            .arg(&path)
+            .output()
+            .expect("run");
+        let serve = sluice()
+            .args(["serve", "--config"])
+            .arg(&path)
+            .args(["--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .output()
+            .expect("run");
+        for out in [check, serve] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{name}: {stderr}");
+            assert!(stderr.contains(&expected), "{name}: {stderr}");
+            assert!(stderr.contains(needle), "{name}: {stderr}");
+            assert!(
+                !stderr.contains("hunter2"),
+                "{name}: a password leaked: {stderr}"
+            );
+        }
+    }
+}
+
 #[test]
 fn version_prints_the_crate_version() {
     let out = sluice().arg("--version").output().expect("run");
