@@ -12,6 +12,8 @@ use sluice_core::bucket::Rate;
 use sluice_core::config::RedisSettings;
 use sluice_engine::store::StoreFuture;
 use sluice_engine::{GlobalStore, LeaseGrant, StoreError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
@@ -70,6 +72,9 @@ pub struct RedisStore {
     instance_id: String,
     live: AtomicU64,
     metrics: RedisMetrics,
+    /// The probe and heartbeat tasks: [`shutdown`](RedisStore::shutdown) stops and awaits them.
+    tasks: TaskTracker,
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -111,14 +116,27 @@ impl RedisStore {
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
         });
         store
             .metrics
             .degraded
             .set(i64::from(!store.breaker.is_closed()));
-        tokio::spawn(probe_loop(Arc::downgrade(&store)));
-        tokio::spawn(heartbeat_loop(Arc::downgrade(&store)));
+        store.spawn_until_stopped(probe_loop(Arc::downgrade(&store)));
+        store.spawn_until_stopped(heartbeat_loop(Arc::downgrade(&store)));
         Ok(store)
+    }
+
+    /// Runs `task` on the store's tracker until [`shutdown`](Self::shutdown).
+    fn spawn_until_stopped(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = task => {}
+            }
+        });
     }
 
     /// Lease with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
@@ -162,8 +180,12 @@ impl RedisStore {
         Ok(milli as f64 / 1000.0)
     }
 
-    /// Removes this instance from the live set (at shutdown).
-    pub async fn leave(&self) {
+    /// At shutdown, after the engine returned its leases: stops the probe and heartbeat tasks
+    /// (waiting for them), then removes this instance from the live set.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
         let _ = self.heartbeat(true).await;
     }
 

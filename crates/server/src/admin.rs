@@ -32,9 +32,10 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
                 continue;
             }
         };
+        let tasks = state.background.tasks.clone();
         let state = Arc::clone(&state);
         let stop = stop.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
                 async move { Ok::<_, Infallible>(handle(&state, &req).await) }

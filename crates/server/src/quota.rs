@@ -166,10 +166,16 @@ impl Quota for QuotaService {
             .max(Duration::from_millis(100));
         let state = Arc::clone(&self.state);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
+        let stop = state.background.stop.clone();
+        self.state.background.tasks.spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
-                tick.tick().await;
+                // Ends when the client goes away, not only at its next send.
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tx.closed() => return,
+                    _ = tick.tick() => {}
+                }
                 if state.is_draining() {
                     return;
                 }

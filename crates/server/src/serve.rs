@@ -98,22 +98,22 @@ pub async fn serve(
     }
 
     let stop_grpc = CancellationToken::new();
-    let stop_admin = CancellationToken::new();
     let stop_maintenance = CancellationToken::new();
-    let admin_task = tokio::spawn(crate::admin::run(
+    let background = state.background.clone();
+    background.tasks.spawn(crate::admin::run(
         admin,
         Arc::clone(&state),
-        stop_admin.clone(),
+        background.stop.clone(),
     ));
-    let reload_task = options.reload.clone().map(|(opts, metrics)| {
-        tokio::spawn(crate::reload::watch(
+    if let Some((opts, metrics)) = options.reload.clone() {
+        background.tasks.spawn(crate::reload::watch(
             Arc::clone(&state),
             opts,
             metrics,
-            stop_admin.clone(),
-        ))
-    });
-    let maintenance = tokio::spawn(
+            background.stop.clone(),
+        ));
+    }
+    let maintenance = background.tasks.spawn(
         Arc::clone(&state.engine).maintain_until(stop_maintenance.clone().cancelled_owned()),
     );
 
@@ -155,15 +155,15 @@ pub async fn serve(
             }
         }
     };
+    // gRPC answers no more: the engine stops its background refills, waits for those in flight
+    // and hands every lease back; then every other background task ends.
     stop_maintenance.cancel();
     if let Err(e) = maintenance.await {
         tracing::warn!(error = %e, "maintenance task ended abnormally");
     }
-    stop_admin.cancel();
-    let _ = admin_task.await;
-    if let Some(task) = reload_task {
-        let _ = task.await;
-    }
+    background.stop.cancel();
+    background.tasks.close();
+    background.tasks.wait().await;
     tracing::info!("stopped");
     result
 }

@@ -8,6 +8,8 @@ use prometheus::Registry;
 use sluice_core::authz::AuthzPlan;
 use sluice_core::config::{Config, ResponseSettings};
 use sluice_engine::Engine;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::metrics::ServerMetrics;
 
@@ -39,6 +41,17 @@ impl Runtime {
     }
 }
 
+/// The server's background tasks (admin connections, config reload, quota watchers, engine
+/// maintenance): every one is spawned on `tasks` and ends when `stop` is cancelled, so shutdown
+/// knows when all of them are done.
+#[derive(Debug, Clone, Default)]
+pub struct Background {
+    /// Tracks every task.
+    pub tasks: TaskTracker,
+    /// Cancelled at shutdown, once gRPC stopped answering.
+    pub stop: CancellationToken,
+}
+
 /// Shared server state.
 #[derive(Debug)]
 pub struct AppState {
@@ -54,6 +67,8 @@ pub struct AppState {
     draining: AtomicBool,
     /// Sampling for would-deny logs.
     pub shadow_log: crate::shadow::ShadowLog,
+    /// Background tasks.
+    pub background: Background,
 }
 
 impl AppState {
@@ -71,6 +86,7 @@ impl AppState {
             registry,
             draining: AtomicBool::new(false),
             shadow_log: crate::shadow::ShadowLog::default(),
+            background: Background::default(),
         }
     }
 

@@ -124,7 +124,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             .await
             .context("serving")?;
         if let Some(redis) = redis {
-            redis.leave().await;
+            redis.shutdown().await;
         }
         Ok(())
     })

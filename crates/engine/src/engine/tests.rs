@@ -475,3 +475,41 @@ async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     // in the lease went to a concurrent request before it charged (it leases again).
     assert_eq!(admitted, 40);
 }
+
+/// Shutdown waits for a background refill still in flight before it hands the leases back: a
+/// refill landing after the last return would strand its tokens in a bucket nobody reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
+    let clock = ManualClock::at(1);
+    let inner = MemoryStore::new(clock.clone());
+    let store = Arc::new(SlowStore {
+        inner: inner.clone(),
+        in_flight: Default::default(),
+        calls: Default::default(),
+    });
+    let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
+    let ds = [d(&[("new", "x")])];
+    // Two calls of 1 token while demand is measured, then a lease of 5 (5% of the burst of
+    // 100); spending it down to half starts a background refill: the fourth call, 20 ms long.
+    let mut spent = 0;
+    while store.calls.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+        assert_eq!(ask(&e, &ds).await.overall, Code::Ok);
+        spent += 1;
+        // Let a background refill start (it counts its call, then waits 20 ms).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(spent < 50, "no background refill started");
+    }
+    assert_eq!(store.max_in_flight(), 1, "the refill is in flight");
+    Arc::clone(&e).maintain_until(std::future::ready(())).await;
+    // Whatever was still running has landed by now.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (key, held) = only_key(&e);
+    assert_eq!(held, 0, "no lease left in the engine");
+    let rate = Rate::per_unit(100, sluice_core::Unit::Second);
+    let global = inner.peek(&key, rate).await.expect("peek");
+    assert_eq!(
+        global,
+        (100 - spent) as f64,
+        "every token not spent is back in the store"
+    );
+}
