@@ -125,8 +125,10 @@ fn allow(headers: Vec<HeaderValueOption>) -> CheckResponse {
 }
 
 fn deny(policies: &[PolicyView], mut headers: Vec<HeaderValueOption>) -> CheckResponse {
-    let retry = headers::retry_after(policies).unwrap_or(1);
-    headers.push(header("retry-after", retry.to_string()));
+    // No Retry-After when no wait would help (a cost above a burst, a limit that never refills).
+    if let Some(retry) = headers::retry_after(policies) {
+        headers.push(header("retry-after", retry.to_string()));
+    }
     headers.push(header(
         "content-type",
         "application/problem+json".to_string(),

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use sluice_engine::{Code, Decision};
+use sluice_engine::{Code, Decision, Denial};
 
 /// One applied limit, as headers show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +24,13 @@ pub struct PolicyView<'a> {
     pub remaining: u64,
     /// Seconds until the quota is full again.
     pub reset_secs: u64,
-    /// When this policy denied the request: seconds until it could pass.
+    /// Why this policy denied the request (`None`: it did not).
+    pub denial: Option<Denial>,
+    /// When it denied: seconds until the request could pass, if that time is known (`None`
+    /// for a cost above the burst, or a limit that never refills: no wait helps).
     pub retry_after_secs: Option<u64>,
+    /// The policy's burst (what one request may cost at most).
+    pub burst: u64,
 }
 
 /// The policies a decision applied (descriptors with no limit are left out).
@@ -39,16 +44,22 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
                 .rule
                 .and_then(|id| decision.rules.rule(id))
                 .map_or("override", |r| r.label.as_str());
+            let denial = o.denial.filter(|_| o.code == Code::OverLimit);
+            let retry_after_secs = match denial {
+                None | Some(Denial::CostAboveBurst) => None,
+                Some(Denial::Empty) => o.retry_after.map(|d| ceil_secs(d).max(1)),
+                // Room for the key, or the store, may be back any moment: ask again soon.
+                Some(Denial::NoRoom | Denial::StoreDown) => Some(1),
+            };
             Some(PolicyView {
                 name: sf_string_content(label),
                 quota: limit.rate.requests_per_unit,
                 window_secs: limit.rate.unit.seconds(),
                 remaining: o.remaining,
                 reset_secs: ceil_secs(o.until_full),
-                retry_after_secs: (o.code == Code::OverLimit).then(|| {
-                    o.retry_after
-                        .map_or(limit.rate.unit.seconds(), |d| ceil_secs(d).max(1))
-                }),
+                denial,
+                retry_after_secs,
+                burst: limit.rate.burst,
             })
         })
         .collect()
@@ -68,31 +79,46 @@ pub fn ratelimit(policies: &[PolicyView]) -> String {
     })
 }
 
-/// `Retry-After` in seconds: the longest wait among the denying policies.
+/// `Retry-After` in seconds: the longest wait among the denying policies; `None` if a denying
+/// policy can never pass this request (no wait helps) or none gives a time.
 pub fn retry_after(policies: &[PolicyView]) -> Option<u64> {
-    policies.iter().filter_map(|p| p.retry_after_secs).max()
+    let denied = policies.iter().filter(|p| p.denial.is_some());
+    if denied.clone().any(|p| p.retry_after_secs.is_none()) {
+        return None;
+    }
+    denied.filter_map(|p| p.retry_after_secs).max()
 }
 
 /// The policy with the least left: what the legacy `X-RateLimit-*` headers describe.
 pub fn tightest<'p, 'a>(policies: &'p [PolicyView<'a>]) -> Option<&'p PolicyView<'a>> {
     policies
         .iter()
-        .min_by_key(|p| (p.retry_after_secs.is_none(), p.remaining))
+        .min_by_key(|p| (p.denial.is_none(), p.remaining))
 }
 
 /// The RFC 9457 problem details body of a 429.
 pub fn problem_body(policies: &[PolicyView]) -> String {
-    let denied: Vec<&PolicyView> = policies
+    let denied: Vec<&PolicyView> = policies.iter().filter(|p| p.denial.is_some()).collect();
+    let retry = retry_after(policies);
+    // A policy no wait can satisfy explains the denial best.
+    let first = denied
         .iter()
-        .filter(|p| p.retry_after_secs.is_some())
-        .collect();
-    let retry = retry_after(policies).unwrap_or(1);
-    let detail = match denied.first() {
-        Some(p) => format!(
+        .find(|p| p.denial == Some(Denial::CostAboveBurst))
+        .or(denied.first());
+    let detail = match (first, retry) {
+        (Some(p), _) if p.denial == Some(Denial::CostAboveBurst) => format!(
+            "This request costs more than rate limit \"{}\" allows at once ({} requests): it can never pass.",
+            p.name, p.burst
+        ),
+        (Some(p), Some(retry)) => format!(
             "Rate limit \"{}\" of {} requests per {} s exceeded; retry in {} s.",
             p.name, p.quota, p.window_secs, retry
         ),
-        None => format!("Rate limit exceeded; retry in {retry} s."),
+        (Some(p), None) => format!(
+            "Rate limit \"{}\" of {} requests per {} s exceeded.",
+            p.name, p.quota, p.window_secs
+        ),
+        (None, _) => "Rate limit exceeded.".to_string(),
     };
     let violated: Vec<serde_json::Value> = denied
         .iter()
@@ -101,6 +127,7 @@ pub fn problem_body(policies: &[PolicyView]) -> String {
                 "policy": p.name,
                 "limit": p.quota,
                 "window_seconds": p.window_secs,
+                "reason": p.denial.map(Denial::as_str),
                 "retry_after_seconds": p.retry_after_secs,
             })
         })
@@ -158,7 +185,9 @@ mod tests {
             window_secs: 60,
             remaining,
             reset_secs: 42,
+            denial: retry.map(|_| Denial::Empty),
             retry_after_secs: retry,
+            burst: 10,
         }
     }
 
@@ -185,6 +214,26 @@ mod tests {
             body["detail"]
                 .as_str()
                 .is_some_and(|d| d.contains("retry in 6 s"))
+        );
+    }
+
+    #[test]
+    fn a_cost_above_the_burst_says_it_never_passes_and_gives_no_retry_time() {
+        let never = PolicyView {
+            denial: Some(Denial::CostAboveBurst),
+            retry_after_secs: None,
+            ..view("per_ip", 3, None)
+        };
+        let p = [view("per_user", 0, Some(6)), never];
+        assert_eq!(retry_after(&p), None, "no wait helps");
+        let body: serde_json::Value = serde_json::from_str(&problem_body(&p)).expect("json");
+        assert_eq!(body["retry_after_seconds"], serde_json::Value::Null);
+        assert_eq!(body["violated_policies"][1]["reason"], "cost_above_burst");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("can never pass")),
+            "{body}"
         );
     }
 

@@ -3,6 +3,7 @@
 mod common;
 
 use common::{CONFIG, TestServer, request};
+use sluice_proto::envoy::protobuf::UInt64Value;
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use tonic::Code as Grpc;
 
@@ -244,4 +245,49 @@ async fn decision_counters_follow_a_reload_to_the_new_rule_names() {
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
+}
+
+/// Costs the ledger can never pay (above the burst, or summing past `u64::MAX`) are denied
+/// without touching the key, over the wire as Envoy sends them; the key keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_above_the_burst_are_denied_and_lock_nothing_out() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let mut big = request("edge", &[&[("remote_address", "10.9.9.9")]]);
+    big.hits_addend = 7;
+    let mut wrap = request(
+        "edge",
+        &[
+            &[("remote_address", "10.9.9.9")],
+            &[("remote_address", "10.9.9.9")],
+        ],
+    );
+    wrap.descriptors[0].hits_addend = Some(UInt64Value { value: u64::MAX });
+    wrap.descriptors[1].hits_addend = Some(UInt64Value { value: 1 });
+    for req in [big, wrap] {
+        for _ in 0..3 {
+            let resp = rls
+                .should_rate_limit(req.clone())
+                .await
+                .expect("rpc")
+                .into_inner();
+            assert_eq!(resp.overall_code, Code::OverLimit as i32);
+            assert_eq!(resp.statuses[0].limit_remaining, 3, "nothing was charged");
+        }
+    }
+    let one = request("edge", &[&[("remote_address", "10.9.9.9")]]);
+    for left in [2u32, 1, 0] {
+        let resp = rls
+            .should_rate_limit(one.clone())
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(
+            resp.overall_code,
+            Code::Ok as i32,
+            "the key still admits its burst"
+        );
+        assert_eq!(resp.statuses[0].limit_remaining, left);
+    }
+    server.stop().await.expect("clean stop");
 }
