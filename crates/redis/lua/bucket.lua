@@ -38,13 +38,17 @@ tokens = math.min(tokens + elapsed * rpu / unit, burst)
 if now > ts then ts = now end
 
 -- Stores the bucket and expires it once it would be full again (full and absent are the same).
+-- A bucket that never refills (L = 0), or would take longer than 2^53 ms to, is kept without an
+-- expiry: expiring it early would refill it. Numbers go to Redis as integer strings (a Lua number
+-- converts to "3.7e+17", which PEXPIRE rejects).
 local function save()
   redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', ts))
-  local ttl_ms
   if rpu > 0 then
-    ttl_ms = math.ceil((burst - tokens) * unit / rpu / 1000) + 1000
-  else
-    ttl_ms = math.ceil(unit / 1000)
+    local ttl_ms = math.ceil((burst - tokens) * unit / rpu / 1000) + 1000
+    if ttl_ms < 9007199254740992 then
+      redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl_ms))
+      return
+    end
   end
-  redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  redis.call('PERSIST', KEYS[1])
 end

@@ -279,6 +279,62 @@ async fn lua_and_rust_agree_on_standalone_redis() {
     )
     .expect("store");
     conformance(&store, "standalone").await;
+    expiry_follows_time_to_full(&store, &redis.url()).await;
+}
+
+/// A bucket expires once it would be full again (full and absent are the same), and never if it
+/// never refills: expiring a drained zero-rate bucket would refill it.
+async fn expiry_follows_time_to_full(store: &RedisStore, url: &str) {
+    let mut conn = redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut pttl = async |key: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL")
+    };
+    let cases = [
+        (
+            "sluice:{ttl:fast}",
+            Rate::per_unit(10, Unit::Second),
+            5,
+            1_000..=1_600,
+        ),
+        (
+            "sluice:{ttl:zero}",
+            Rate {
+                requests_per_unit: 0,
+                unit: Unit::Second,
+                burst: 5,
+            },
+            5,
+            -1..=-1,
+        ),
+        // 4 294 967 295 tokens at one a day: longer than any expiry Redis takes; kept.
+        (
+            "sluice:{ttl:slow}",
+            Rate {
+                requests_per_unit: 1,
+                unit: Unit::Day,
+                burst: u64::from(u32::MAX),
+            },
+            u64::from(u32::MAX),
+            -1..=-1,
+        ),
+    ];
+    for (key, rate, take, expected) in cases {
+        let grant = store.lease(key, rate, take).await.expect("lease");
+        assert_eq!(grant.granted, take, "{key}");
+        let ttl = pttl(key).await;
+        assert!(
+            expected.contains(&ttl),
+            "{key}: PTTL {ttl}, expected {expected:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
