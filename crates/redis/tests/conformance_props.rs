@@ -195,14 +195,7 @@ fn random_sequences_agree_on_a_redis_cluster() {
             RedisMetrics::unregistered(),
         )
         .expect("store");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while store.degraded() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "cluster not up in 10 s"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        common::wait_connected(&store).await;
         store
     });
     agree(&rt, &store, "props");

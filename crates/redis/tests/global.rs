@@ -9,18 +9,10 @@ use common::engine::{admitted, decide, engine};
 use sluice_engine::{Code, GlobalStore};
 use sluice_redis::{RedisMetrics, RedisStore};
 
-async fn wait_connected(store: &RedisStore) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.degraded() {
-        assert!(Instant::now() < deadline, "store not connected in 10 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Four sidecars hammer one key: together they never admit more than `B + L·t`.
 async fn never_over_the_global_limit(stores: Vec<Arc<RedisStore>>, value: &str) {
     for s in &stores {
-        wait_connected(s).await;
+        common::wait_connected(s).await;
     }
     let engines: Vec<_> = stores.iter().map(|s| Arc::new(engine(s.clone()))).collect();
     let started = Instant::now();

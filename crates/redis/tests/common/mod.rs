@@ -8,6 +8,19 @@ use std::time::Duration;
 use sluice_core::config::{HumanDuration, RedisSettings};
 pub use sluice_testkit::redis::{Cluster, Standalone, image};
 
+/// Waits until `store` is connected (a cluster connects in the background), at most 10 s.
+pub async fn wait_connected(store: &sluice_redis::RedisStore) {
+    use sluice_engine::GlobalStore;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.degraded() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "store not connected in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Settings for `url` with test-friendly timings.
 pub fn standalone_settings(url: &str) -> RedisSettings {
     RedisSettings {
