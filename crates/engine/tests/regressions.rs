@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sluice_core::{Descriptor, ManualClock, RuleSet};
 use sluice_engine::{
-    Code, Decision, Engine, EngineMetrics, EngineSettings, GlobalStore, MemoryStore,
+    Code, Decision, Denial, Engine, EngineMetrics, EngineSettings, GlobalStore, MemoryStore,
     RateLimitRequest,
 };
 
@@ -140,4 +140,30 @@ async fn new_keys_past_max_keys_never_reset_a_local_limit() {
         0,
         "the flood reset the limit"
     );
+}
+
+/// The embedded store ignored `max_keys` (1 M new keys with `max_keys: 1000` held 147 MB). It is
+/// bounded now; a new key it cannot hold is denied as such, and passes once buckets refill.
+#[tokio::test]
+async fn the_embedded_store_is_bounded_and_says_when_it_is_full() {
+    let clock = ManualClock::at(1);
+    let settings = EngineSettings {
+        max_keys: 2,
+        ..EngineSettings::default()
+    };
+    let store = MemoryStore::with_max_keys(clock.clone(), 2);
+    let e = engine(&clock, store.clone(), settings);
+    for v in ["a", "b"] {
+        clock.advance_micros(1);
+        let d = decide(&e, &[one(&[("k", v)], None)], 5).await;
+        assert_eq!(d.overall, Code::Ok, "{v}: its whole burst");
+    }
+    clock.advance_micros(1);
+    let full = decide(&e, &[one(&[("k", "c")], None)], 0).await;
+    assert_eq!(full.overall, Code::OverLimit);
+    assert_eq!(full.outcomes[0].denial, Some(Denial::NoRoom));
+    assert!(store.len() <= 2 && e.tracked_keys() <= 2);
+    clock.advance_millis(60_000);
+    let later = decide(&e, &[one(&[("k", "c")], None)], 0).await;
+    assert_eq!(later.overall, Code::Ok, "room again once buckets refilled");
 }
