@@ -163,7 +163,7 @@ impl Quota for QuotaService {
             .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
             .filter(|d| !d.is_zero())
             .unwrap_or(Duration::from_secs(1))
-            .max(Duration::from_millis(100));
+            .clamp(Duration::from_millis(100), Duration::from_secs(3_600));
         let state = Arc::clone(&self.state);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let stop = state.background.stop.clone();
