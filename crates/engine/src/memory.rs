@@ -55,8 +55,8 @@ impl<C: Clock> MemoryStore<C> {
         })
     }
 
-    /// Drops buckets that have refilled to full: they are the same as absent ones. Returns the
-    /// earliest time one of the others will be full.
+    /// Drops buckets that have refilled to full: they are the same as absent ones. Returns when
+    /// to look again: the earliest time one of the others will be full, at most a second away.
     pub fn purge_full(&self) -> u64 {
         let now = self.clock.now_micros();
         let mut next_full = u64::MAX;
@@ -65,8 +65,11 @@ impl<C: Clock> MemoryStore<C> {
             s.refill(rate, now);
             let full = s.tokens >= rate.burst as f64;
             if !full {
-                let until = rate.micros_until_full(s.tokens);
-                next_full = next_full.min(now.saturating_add(until.max(1)));
+                // At least once a second: a bucket that never refills must not make every new
+                // key rescan the store, nor keep it from ever looking again.
+                let until = rate.micros_until(s.tokens, rate.burst as f64);
+                let wait = until.unwrap_or(u64::MAX).clamp(1, 1_000_000);
+                next_full = next_full.min(now.saturating_add(wait));
             }
             !full
         });

@@ -22,6 +22,9 @@ use crate::ledger::LeaseState;
 use crate::metrics::EngineMetrics;
 use crate::plan::Slot;
 
+/// The longest a full table waits before it looks for keys at rest again (µs).
+const RESCAN_MICROS: u64 = 1_000_000;
+
 /// Tokens to hand back to the global store.
 #[derive(Debug)]
 pub(crate) struct Return {
@@ -135,13 +138,17 @@ impl BucketTable {
             } else {
                 let state = b.lock();
                 let left = state.remaining(b.mode, &b.rate, now);
-                next_at_rest = next_at_rest.min(b.rate.micros_until_full(left));
+                let until = b.rate.micros_until(left, b.rate.burst as f64);
+                next_at_rest = next_at_rest.min(until.unwrap_or(u64::MAX));
             }
         }
         let evict = before.saturating_sub(keep).min(resting.len());
         if evict == 0 {
+            // Scan again when the first key comes to rest, and at least once a second (a key
+            // may be reset, or a bucket that never refills hold the table).
+            let wait = next_at_rest.clamp(1, RESCAN_MICROS);
             self.no_room_until
-                .store(now.saturating_add(next_at_rest.max(1)), Ordering::Relaxed);
+                .store(now.saturating_add(wait), Ordering::Relaxed);
             tracing::debug!("max_keys reached and no tracked key is at rest: new keys are denied");
             return false;
         }
