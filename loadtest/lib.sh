@@ -25,6 +25,7 @@ serve() {
 # Starts the benchmark pair on the same stack: sluice on a config whose one rule (`client`, from
 # the descriptor or ext_authz's x-client header) is never reached, and the no-op handler.
 # bench_servers WORK SLUICE_GRPC_PORT SLUICE_ADMIN_PORT NOOP_PORT; appends both pids to `pids`.
+# SLUICE_BIN names another sluice binary to measure (an older build, for an A/B in one sitting).
 bench_servers() {
   local work=$1
   cat >"$work/sluice.yaml" <<'YAML'
@@ -39,7 +40,7 @@ authz:
     - [{key: client, from: {header: x-client}}]
 engine: {max_keys: 2000000}
 YAML
-  serve "$2" "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" \
+  serve "$2" "$work/sluice.log" "${SLUICE_BIN:-./target/release/sluice}" serve --config "$work/sluice.yaml" \
     --grpc-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --reload-interval 0s
   pids+=("$SERVED_PID")
   serve "$4" "$work/noop.log" ./target/release/noop-rls --addr "127.0.0.1:$4"

@@ -32,7 +32,7 @@ print("%.0f %.2f %d" % (r["rps"], p99, errors))'
 }
 
 {
-  printf '\n### P2, %s, %s (%s cores), ghz -c 50 -z %s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$(uname -n)" "$(nproc)" "$DURATION"
+  printf '\n### P2, %s, %s (%s cores), ghz -c 50 -z %s%s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$(uname -n)" "$(nproc)" "$DURATION" "${SLUICE_BIN:+, SLUICE_BIN=$SLUICE_BIN}"
   printf '| scenario | no-op req/s | sluice req/s | ratio | no-op p99 | sluice p99 | p99 ratio | errors no-op / sluice |\n|---|---|---|---|---|---|---|---|\n'
 } >> loadtest/RESULTS.md
 for scenario in "ShouldRateLimit, 1 hot key|$rls|$hot" "ShouldRateLimit, 100k keys|$rls|$many" "Check, 1 hot key|$authz|$check"; do
