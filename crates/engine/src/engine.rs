@@ -192,11 +192,10 @@ impl Engine {
 
     /// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
     pub async fn quota(&self, domain: &str, entries: &[Entry]) -> QuotaView {
-        let store = Arc::clone(self.store());
         quota::view(
             self.rules(),
             &self.table,
-            &*store,
+            &self.leaser,
             self.now(),
             domain,
             entries,

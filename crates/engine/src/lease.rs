@@ -22,6 +22,10 @@ use crate::table::Return;
 /// How many single-flight locks the keys share (a power of two).
 const FLIGHTS: usize = 4096;
 
+/// Operator reads of the store (GetQuota, WatchQuota, `/quota`) in flight at once: they share the
+/// store's connections with decisions' lease calls and must never crowd them out.
+pub(crate) const QUOTA_READS: usize = 8;
+
 /// The engine's side of the global store.
 pub(crate) struct Leaser {
     pub(crate) store: Arc<dyn GlobalStore>,
@@ -38,6 +42,8 @@ pub(crate) struct Leaser {
     pub(crate) tasks: TaskTracker,
     /// Cancelled at shutdown: no new background work starts.
     pub(crate) stopping: CancellationToken,
+    /// Places for operator reads of the store ([`QUOTA_READS`]).
+    quota_reads: tokio::sync::Semaphore,
 }
 
 impl Leaser {
@@ -54,7 +60,26 @@ impl Leaser {
             flights: (0..FLIGHTS).map(|_| Arc::default()).collect(),
             tasks: TaskTracker::new(),
             stopping: CancellationToken::new(),
+            quota_reads: tokio::sync::Semaphore::new(QUOTA_READS),
         }
+    }
+
+    /// Reads a global bucket for an operator (counted like every store call). Refused at once,
+    /// without a store call, while [`QUOTA_READS`] such reads are in flight.
+    pub(crate) async fn peek_for_operator(
+        &self,
+        store_key: &str,
+        rate: sluice_core::bucket::Rate,
+    ) -> Result<f64, StoreError> {
+        let Ok(_place) = self.quota_reads.try_acquire() else {
+            return Err(StoreError::Unavailable(
+                "too many quota reads in flight; try again".into(),
+            ));
+        };
+        let started = Instant::now();
+        let result = self.store.peek(store_key, rate).await;
+        self.observe(StoreOp::Peek, started, &result);
+        result
     }
 
     /// The single-flight lock of `bucket`.

@@ -9,6 +9,7 @@ use sluice_core::rules::{Limit, Match, Rule};
 use sluice_core::{Entry, RuleSet};
 
 use crate::key;
+use crate::lease::Leaser;
 use crate::store::{GlobalStore, StoreError};
 use crate::table::BucketTable;
 
@@ -64,7 +65,7 @@ pub struct TrackedKey {
 pub(crate) async fn view(
     rules: Arc<RuleSet>,
     table: &BucketTable,
-    store: &dyn GlobalStore,
+    leaser: &Leaser,
     now: u64,
     domain: &str,
     entries: &[Entry],
@@ -78,7 +79,7 @@ pub(crate) async fn view(
         local_lease: 0,
         until_full: Duration::ZERO,
         tracked: false,
-        degraded: store.degraded(),
+        degraded: leaser.store.degraded(),
     };
     let rule = match rules.match_descriptor(domain, entries) {
         Match::UnknownDomain => {
@@ -109,7 +110,7 @@ pub(crate) async fn view(
         return view;
     }
     let store_key = key::store_key(rule.fingerprint, entries);
-    match store.peek(&store_key, rate).await {
+    match leaser.peek_for_operator(&store_key, rate).await {
         Ok(tokens) => {
             view.global_remaining = Some(tokens);
             view.until_full = until_full(&rate, tokens + view.local_lease as f64);

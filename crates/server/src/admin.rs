@@ -9,16 +9,28 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
 
-/// Serves admin HTTP on `listener` until `stop` is cancelled.
+/// Serves admin HTTP on `listener` until `stop` is cancelled: at most
+/// `limits.admin_max_connections` connections at once (further ones wait in the listen backlog),
+/// each closed when a request's headers take longer than `limits.admin_header_timeout`, or when it
+/// stays idle that long.
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
+    let room = Arc::new(Semaphore::new(state.limits.admin_max_connections));
     loop {
+        let permit = tokio::select! {
+            _ = stop.cancelled() => return,
+            p = Arc::clone(&room).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
@@ -35,12 +47,17 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
         let tasks = state.background.tasks.clone();
         let state = Arc::clone(&state);
         let stop = stop.clone();
+        let header_timeout = state.limits.admin_header_timeout;
         tasks.spawn(async move {
+            let _permit = permit;
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
                 async move { Ok::<_, Infallible>(handle(&state, &req).await) }
             });
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = stop.cancelled() => {}
                 r = conn => if let Err(e) = r {

@@ -9,6 +9,7 @@
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series.
+//! - [`limits`]: bounds on connections, streams, watchers and time for every port.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
 //! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
 //! - [`reload`]: live config reload by polling file contents.
@@ -17,6 +18,7 @@
 pub mod admin;
 pub mod authz;
 pub mod headers;
+pub mod limits;
 pub mod metrics;
 pub mod quota;
 pub mod reload;

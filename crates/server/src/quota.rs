@@ -156,6 +156,11 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::WatchQuotaRequest>,
     ) -> Result<Response<Self::WatchQuotaStream>, Status> {
+        let slot = self
+            .state
+            .watchers
+            .open(request.remote_addr(), &self.state.limits)
+            .map_err(Status::resource_exhausted)?;
         let req = request.into_inner();
         let entries = entries_of(&req.domain, &req.entries)?;
         let every = req
@@ -168,6 +173,8 @@ impl Quota for QuotaService {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let stop = state.background.stop.clone();
         self.state.background.tasks.spawn(async move {
+            // Holds the watcher's place until the stream ends.
+            let _slot = slot;
             let mut tick = tokio::time::interval(every);
             loop {
                 // Ends when the client goes away, not only at its next send.

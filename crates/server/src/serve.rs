@@ -118,9 +118,16 @@ pub async fn serve(
     );
 
     let grpc_stop = stop_grpc.clone();
-    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    let limits = &state.limits;
+    let mut builder = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .timeout(limits.request_timeout);
     if let Some(tls) = options.tls.clone() {
-        builder = builder.tls_config(tls)?;
+        builder = builder.tls_config(tls.timeout(limits.tls_handshake_timeout))?;
     }
     let router = builder
         .add_service(health_service)

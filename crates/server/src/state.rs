@@ -11,6 +11,7 @@ use sluice_engine::Engine;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::limits::{Limits, Watchers};
 use crate::metrics::ServerMetrics;
 
 /// The parts of the configuration handlers read on each request, swapped whole on reload.
@@ -69,6 +70,10 @@ pub struct AppState {
     pub shadow_log: crate::shadow::ShadowLog,
     /// Background tasks.
     pub background: Background,
+    /// Bounds on connections, streams, watchers and time.
+    pub limits: Limits,
+    /// Open `WatchQuota` streams.
+    pub watchers: Arc<Watchers>,
 }
 
 impl AppState {
@@ -87,7 +92,14 @@ impl AppState {
             draining: AtomicBool::new(false),
             shadow_log: crate::shadow::ShadowLog::default(),
             background: Background::default(),
+            limits: Limits::default(),
+            watchers: Arc::default(),
         }
+    }
+
+    /// The same state with other limits.
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
     }
 
     /// Marks the server as draining.

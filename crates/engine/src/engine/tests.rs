@@ -513,3 +513,84 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
         "every token not spent is back in the store"
     );
 }
+
+/// A store whose reads take 50 ms, counting how many run at once.
+struct SlowReads {
+    inner: Arc<MemoryStore<ManualClock>>,
+    reading: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl GlobalStore for SlowReads {
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        self.inner.lease(key, rate, want)
+    }
+    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
+        self.inner.release(key, rate, tokens)
+    }
+    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let now = self.reading.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.reading.fetch_sub(1, SeqCst);
+            self.inner.peek(key, rate).await
+        })
+    }
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.reset(key)
+    }
+    fn name(&self) -> &'static str {
+        "slow-reads"
+    }
+}
+
+/// Operator reads (GetQuota, WatchQuota) can never crowd decisions out of the store: at most a
+/// few run at once, the rest are refused at once, every one is counted, decisions go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_reads_are_bounded_and_counted() {
+    let clock = ManualClock::at(1);
+    let store = Arc::new(SlowReads {
+        inner: MemoryStore::new(clock.clone()),
+        reading: Default::default(),
+        most: Default::default(),
+    });
+    let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
+    let reads: Vec<_> = (0..100)
+        .map(|i| {
+            let e = Arc::clone(&e);
+            tokio::spawn(async move {
+                e.quota("d", &[sluice_core::Entry::new("ip", i.to_string())])
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        ask(&e, &[d(&[("ip", "decided")])]).await.overall,
+        Code::Ok,
+        "a decision goes through while the reads are in flight"
+    );
+    let mut answered = 0;
+    for r in reads {
+        let view = r.await.expect("task");
+        answered += usize::from(view.global_remaining.is_some());
+    }
+    let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= crate::lease::QUOTA_READS, "{most} reads at once");
+    assert!(
+        answered >= 1 && answered < 100,
+        "{answered} of 100 answered"
+    );
+    let counted = e
+        .leaser
+        .metrics
+        .store_calls
+        .with_label_values(&["peek", "ok"])
+        .get();
+    assert_eq!(
+        counted, answered as u64,
+        "every read of the store is counted"
+    );
+}

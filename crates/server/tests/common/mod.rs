@@ -30,6 +30,11 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on the config `yaml`.
     pub async fn start(yaml: &str) -> Self {
+        Self::start_with_limits(yaml, sluice_server::limits::Limits::default()).await
+    }
+
+    /// Starts a server on the config `yaml` with `limits`.
+    pub async fn start_with_limits(yaml: &str, limits: sluice_server::limits::Limits) -> Self {
         let config = sluice_core::parse_config(yaml).expect("valid config");
         let registry = Registry::new();
         let runtime = Runtime::of(&config);
@@ -42,7 +47,7 @@ impl TestServer {
         ));
 
         let metrics = ServerMetrics::register(&registry).expect("metrics");
-        let state = Arc::new(AppState::new(engine, runtime, metrics, registry));
+        let state = Arc::new(AppState::new(engine, runtime, metrics, registry).with_limits(limits));
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
