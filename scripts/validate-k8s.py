@@ -76,6 +76,19 @@ def check_references(overlay, objects):
         for p in svc["spec"]["ports"]:
             if isinstance(p["targetPort"], str) and p["targetPort"] not in ports:
                 fail(overlay, f"Service {name} targets port {p['targetPort']!r}, pods have {sorted(ports)}")
+    policies = by_kind.get("NetworkPolicy", {})
+    if not policies:
+        fail(overlay, "no NetworkPolicy")
+    for name, np in policies.items():
+        ports = named_ports(np["spec"]["podSelector"]["matchLabels"])
+        if ports is None:
+            fail(overlay, f"NetworkPolicy {name} selects no pods")
+        opened = {p["port"] for rule in np["spec"].get("ingress", []) for p in rule.get("ports", [])}
+        for port in opened:
+            if port not in ports:
+                fail(overlay, f"NetworkPolicy {name} opens port {port!r}, pods have {sorted(ports)}")
+        if "sluice-grpc" in opened or any("ports" not in rule for rule in np["spec"].get("ingress", [])):
+            fail(overlay, f"NetworkPolicy {name} opens sluice's gRPC port (decisions and the Quota API)")
     monitors = by_kind.get("PodMonitor", {})
     if not monitors:
         fail(overlay, "no PodMonitor")

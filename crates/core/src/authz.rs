@@ -3,14 +3,22 @@
 //! Each configured descriptor is a list of entries; each entry takes its value from one part of
 //! the request (optionally translated through a named map). A descriptor any of whose values is
 //! missing is skipped, as Envoy skips a `rate_limits` action whose header is absent.
+//!
+//! Identities are normalised, so that spellings of one client share one bucket: client addresses
+//! are parsed and printed canonically (an X-Forwarded-For hop that is not an address is not
+//! trusted: the peer address is used), API keys are taken from `x-api-key` (the configured
+//! header) first, then `Authorization: Bearer` (the scheme in any case), then the query parameter
+//! (percent-decoded).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::Entry;
 use crate::config::ConfigError;
-use crate::config::model::{AuthzConfig, Source};
+use crate::config::model::{ApiKeySource, AuthzConfig, Source};
 use crate::descriptor::Descriptor;
 use crate::rules::RuleSet;
 
@@ -135,8 +143,8 @@ impl AuthzPlan {
                     .map(|e| {
                         let raw = self.source_value(&e.source, request)?;
                         let value = match &e.map {
-                            Some(map) => map.translate(raw)?,
-                            None => raw,
+                            Some(map) => map.translate(&raw)?,
+                            None => &raw,
                         };
                         Some(Entry::new(e.key.as_str(), value))
                     })
@@ -153,33 +161,25 @@ impl AuthzPlan {
         &'r self,
         source: &'r Source,
         req: &'r impl RequestView,
-    ) -> Option<&'r str> {
+    ) -> Option<Cow<'r, str>> {
         match source {
             Source::ClientIp => self.client_ip(req),
-            Source::Path => Some(req.path().split('?').next().unwrap_or("")),
-            Source::Method => Some(req.method()),
-            Source::Host => Some(req.host()),
+            Source::Path => Some(req.path().split('?').next().unwrap_or("").into()),
+            Source::Method => Some(req.method().into()),
+            Source::Host => Some(req.host().into()),
             // Header names were lowercased when the plan was built.
-            Source::Header(name) => req.header(name),
-            Source::ContextExtension(name) => req.context_extension(name),
-            Source::ApiKey(spec) => req
-                .header(&spec.header)
-                .or_else(|| {
-                    req.header("authorization").and_then(|a| {
-                        a.strip_prefix("Bearer ")
-                            .or_else(|| a.strip_prefix("bearer "))
-                    })
-                })
-                .or_else(|| query_param(req.path(), &spec.query_param))
-                .map(str::trim)
-                .filter(|k| !k.is_empty()),
-            Source::Value(v) => Some(v),
+            Source::Header(name) => req.header(name).map(Cow::Borrowed),
+            Source::ContextExtension(name) => req.context_extension(name).map(Cow::Borrowed),
+            Source::ApiKey(spec) => api_key(req, spec),
+            Source::Value(v) => Some(v.into()),
         }
     }
 
     /// With `trusted_hops: N` (N ≥ 1), the Nth address from the right of X-Forwarded-For (the one
-    /// the outermost trusted proxy saw); with 0, or too few addresses, the peer address.
-    fn client_ip<'r>(&self, req: &'r impl RequestView) -> Option<&'r str> {
+    /// the outermost trusted proxy saw); with 0, too few addresses, or a hop there that is not an
+    /// IP address, the peer address. Printed canonically (IPv6 lower-case and compressed, an
+    /// IPv4-mapped IPv6 address as IPv4), so spellings of one address share a bucket.
+    fn client_ip<'r>(&self, req: &'r impl RequestView) -> Option<Cow<'r, str>> {
         if self.trusted_hops > 0
             && let Some(xff) = req.header("x-forwarded-for")
         {
@@ -189,12 +189,83 @@ impl AuthzPlan {
                 .filter(|s| !s.is_empty())
                 .collect();
             let n = self.trusted_hops as usize;
-            if hops.len() >= n {
-                return Some(hops[hops.len() - n]);
+            if hops.len() >= n
+                && let Some(ip) = canonical_ip(hops[hops.len() - n])
+            {
+                return Some(ip);
             }
         }
-        req.peer_ip()
+        let peer = req.peer_ip()?;
+        Some(canonical_ip(peer).unwrap_or(Cow::Borrowed(peer)))
     }
+}
+
+/// An IP address in canonical form (borrowed when it already is), or `None` if `s` is not one.
+fn canonical_ip(s: &str) -> Option<Cow<'_, str>> {
+    let ip = s.parse::<IpAddr>().ok()?.to_canonical();
+    let text = ip.to_string();
+    Some(if text == s {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(text)
+    })
+}
+
+/// The API key: the configured header, else `Authorization: Bearer <key>` (scheme in any case),
+/// else the query parameter, percent-decoded. Blank keys count as absent.
+fn api_key<'r>(req: &'r impl RequestView, spec: &'r ApiKeySource) -> Option<Cow<'r, str>> {
+    let bearer = || {
+        let auth = req.header("authorization")?.trim_start();
+        let (scheme, key) = auth.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(key)
+    };
+    let found = req
+        .header(&spec.header)
+        .map(|k| Cow::Borrowed(k.trim()))
+        .filter(|k| !k.is_empty())
+        .or_else(|| bearer().map(|k| Cow::Borrowed(k.trim())))
+        .filter(|k| !k.is_empty())
+        .or_else(|| query_param(req.path(), &spec.query_param).map(percent_decoded))?;
+    let key = match found {
+        Cow::Borrowed(k) => Cow::Borrowed(k.trim()),
+        Cow::Owned(k) => Cow::Owned(k.trim().to_string()),
+    };
+    (!key.is_empty()).then_some(key)
+}
+
+/// `%XX` escapes decoded (and `+` as a space, as forms encode it); the raw text if the result is
+/// not UTF-8 or an escape is malformed.
+fn percent_decoded(raw: &str) -> Cow<'_, str> {
+    if !raw.contains(['%', '+']) {
+        return Cow::Borrowed(raw);
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => out.push(b),
+                    None => return Cow::Borrowed(raw),
+                }
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_or(Cow::Borrowed(raw), Cow::Owned)
 }
 
 /// The raw value of query parameter `name` in `path` (not percent-decoded).

@@ -39,16 +39,23 @@ if now > ts then ts = now end
 
 -- Stores the bucket and expires it once it would be full again (full and absent are the same).
 -- A bucket that never refills (L = 0), or would take longer than 2^53 ms to, is kept without an
--- expiry: expiring it early would refill it. Numbers go to Redis as integer strings (a Lua number
--- converts to "3.7e+17", which PEXPIRE rejects).
+-- expiry: expiring it early would refill it. Everything that could fail (the TTL's arithmetic and
+-- formatting: a Lua number converts to "3.7e+17", which PEXPIRE rejects) is done before the write,
+-- so the write is never left without its expiry (a script is not rolled back on an error).
 local function save()
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', ts))
+  local ttl
   if rpu > 0 then
     local ttl_ms = math.ceil((burst - tokens) * unit / rpu / 1000) + 1000
     if ttl_ms < 9007199254740992 then
-      redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl_ms))
-      return
+      ttl = string.format('%d', ttl_ms)
     end
   end
-  redis.call('PERSIST', KEYS[1])
+  local tokens_text = string.format('%.17g', tokens)
+  local ts_text = string.format('%d', ts)
+  redis.call('HSET', KEYS[1], 'tokens', tokens_text, 'ts', ts_text)
+  if ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  else
+    redis.call('PERSIST', KEYS[1])
+  end
 end

@@ -58,6 +58,9 @@ pub struct ServerMetrics {
     pub latency: HistogramVec,
     /// `sluice_decisions_total{domain, rule, outcome}`: per-descriptor decisions of configured rules.
     pub decisions: IntCounterVec,
+    /// `sluice_quota_resets_total{outcome}`: `ResetQuota` calls (`ok`, `unauthenticated`,
+    /// `disabled`, `not_found`, `failed`): failed attempts show someone guessing the token.
+    pub resets: IntCounterVec,
     rls: ApiSeries,
     authz: ApiSeries,
     /// Resolved decision counters for the rule set in force (replaced after a reload).
@@ -89,6 +92,13 @@ impl ServerMetrics {
             ),
             &["domain", "rule", "outcome"],
         )?;
+        let resets = IntCounterVec::new(
+            Opts::new(
+                "sluice_quota_resets_total",
+                "ResetQuota calls by outcome (ok, unauthenticated, disabled, not_found, failed)",
+            ),
+            &["outcome"],
+        )?;
         let api = |api: Api| ApiSeries {
             ok: requests.with_label_values(&[api.label(), "ok"]),
             over_limit: requests.with_label_values(&[api.label(), "over_limit"]),
@@ -101,11 +111,13 @@ impl ServerMetrics {
             requests,
             latency,
             decisions,
+            resets,
             rule_series: Arc::default(),
         };
         registry.register(Box::new(m.requests.clone()))?;
         registry.register(Box::new(m.latency.clone()))?;
         registry.register(Box::new(m.decisions.clone()))?;
+        registry.register(Box::new(m.resets.clone()))?;
         Ok(m)
     }
 

@@ -26,6 +26,43 @@ impl QuotaService {
     pub fn new(state: Arc<AppState>) -> Self {
         Self { state }
     }
+
+    /// `ResetQuota`, behind the bearer token.
+    async fn reset(
+        &self,
+        request: Request<pb::ResetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaState>, Status> {
+        let Some(token) = self.state.runtime.load().reset_token.clone() else {
+            return Err(Status::permission_denied(
+                "ResetQuota is disabled: set admin.allow_reset and a reset token",
+            ));
+        };
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !token.matches(presented) {
+            tracing::warn!(peer = ?request.remote_addr(), "ResetQuota with a wrong token");
+            return Err(Status::unauthenticated(
+                "ResetQuota needs `authorization: Bearer <admin reset token>`",
+            ));
+        }
+        let req = request.into_inner();
+        let entries = entries_of(&req.domain, &req.entries)?;
+        match self.state.engine.reset(&req.domain, &entries).await {
+            Ok(Some(rule)) => {
+                tracing::info!(domain = %req.domain, rule = %rule, "quota reset by operator")
+            }
+            Ok(None) => return Err(Status::not_found("no limited rule matches this descriptor")),
+            // Fail closed: the reset did not happen, and the caller must know.
+            Err(e) => return Err(Status::unavailable(format!("reset failed: {e}"))),
+        }
+        Ok(Response::new(
+            peek(&self.state, &req.domain, &entries).await,
+        ))
+    }
 }
 
 /// Checks and converts a domain and entries from the API.
@@ -83,10 +120,8 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
 }
 
 fn prost_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
+    let (seconds, nanos) = crate::rls::pb_parts(d);
+    prost_types::Duration { seconds, nanos }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::QuotaState, Status>> + Send>>;
@@ -204,35 +239,22 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::ResetQuotaRequest>,
     ) -> Result<Response<pb::QuotaState>, Status> {
-        let Some(token) = self.state.runtime.load().reset_token.clone() else {
-            return Err(Status::permission_denied(
-                "ResetQuota is disabled: set admin.allow_reset and a reset token",
-            ));
+        let result = self.reset(request).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(s) => match s.code() {
+                tonic::Code::Unauthenticated => "unauthenticated",
+                tonic::Code::PermissionDenied => "disabled",
+                tonic::Code::NotFound => "not_found",
+                _ => "failed",
+            },
         };
-        let presented = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !token.matches(presented) {
-            return Err(Status::unauthenticated(
-                "ResetQuota needs `authorization: Bearer <admin reset token>`",
-            ));
-        }
-        let req = request.into_inner();
-        let entries = entries_of(&req.domain, &req.entries)?;
-        match self.state.engine.reset(&req.domain, &entries).await {
-            Ok(Some(rule)) => {
-                tracing::info!(domain = %req.domain, rule = %rule, "quota reset by operator")
-            }
-            Ok(None) => return Err(Status::not_found("no limited rule matches this descriptor")),
-            // Fail closed: the reset did not happen, and the caller must know.
-            Err(e) => return Err(Status::unavailable(format!("reset failed: {e}"))),
-        }
-        Ok(Response::new(
-            peek(&self.state, &req.domain, &entries).await,
-        ))
+        self.state
+            .metrics
+            .resets
+            .with_label_values(&[outcome])
+            .inc();
+        result
     }
 
     async fn list_rules(

@@ -113,10 +113,20 @@ fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
     }
 }
 
-/// A protobuf `Duration` (Envoy's own copy of the well-known type).
+/// The longest duration a protobuf `Duration` may hold: 10 000 years, in seconds.
+pub const MAX_PB_DURATION_SECS: u64 = 315_576_000_000;
+
+/// A protobuf `Duration` (Envoy's own copy of the well-known type), capped at its valid range (a
+/// bucket of 4 billion tokens that refills once a year is full again in 4 billion years).
 pub fn pb_duration(d: Duration) -> PbDuration {
-    PbDuration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    let (seconds, nanos) = pb_parts(d);
+    PbDuration { seconds, nanos }
+}
+
+/// Seconds and nanoseconds of `d` for a protobuf `Duration`, capped at its valid range.
+pub fn pb_parts(d: Duration) -> (i64, i32) {
+    if d.as_secs() >= MAX_PB_DURATION_SECS {
+        return (MAX_PB_DURATION_SECS as i64, 0);
     }
+    (d.as_secs() as i64, d.subsec_nanos() as i32)
 }

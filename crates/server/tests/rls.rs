@@ -291,3 +291,29 @@ async fn costs_above_the_burst_are_denied_and_lock_nothing_out() {
     }
     server.stop().await.expect("clean stop");
 }
+
+/// `duration_until_reset` stays within protobuf Duration's range (±10 000 years): a bucket of
+/// 4 billion tokens refilling once a year was reported as 100 000 years, which strict protobuf
+/// decoders reject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_until_reset_stays_a_valid_protobuf_duration() {
+    let server = TestServer::start(
+        "domains:\n  - domain: edge\n    descriptors:\n      - key: slow\n        rate_limit: {unit: year, requests_per_unit: 1, burst: 4294967295}\n",
+    )
+    .await;
+    let mut rls = server.rls().await;
+    let mut req = request("edge", &[&[("slow", "x")]]);
+    req.hits_addend = 100_000;
+    let resp = rls.should_rate_limit(req).await.expect("rpc").into_inner();
+    assert_eq!(resp.overall_code, Code::Ok as i32);
+    let reset = resp.statuses[0]
+        .duration_until_reset
+        .as_ref()
+        .expect("duration_until_reset");
+    assert_eq!(
+        (reset.seconds, reset.nanos),
+        (315_576_000_000, 0),
+        "capped at 10 000 years"
+    );
+    server.stop().await.expect("clean stop");
+}

@@ -268,6 +268,13 @@ fn quota_reset_needs_the_token_and_refills_the_bucket() {
         Some(0),
         "full again after the reset"
     );
+    let metrics = common::http_get(s.admin.port(), "/metrics", &[]).body;
+    for line in [
+        r#"sluice_quota_resets_total{outcome="unauthenticated"} 1"#,
+        r#"sluice_quota_resets_total{outcome="ok"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
 }
 
 #[test]

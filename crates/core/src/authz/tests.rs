@@ -126,3 +126,110 @@ fn authz_errors_name_the_line() {
     let e = parse_config(&CONFIG.replace("from: path", "from: paht")).expect_err("unknown source");
     assert_eq!(e.line, 12, "{e}");
 }
+
+/// The client address as a descriptor value, for a request with `xff` and `peer`.
+fn client(plan: &AuthzPlan, xff: Option<&str>, peer: &str) -> String {
+    let mut req = Req {
+        path: "/".into(),
+        peer: Some(peer.into()),
+        ..Req::default()
+    };
+    if let Some(x) = xff {
+        req.headers.insert("x-forwarded-for".into(), x.into());
+    }
+    plan.descriptors(&req)[0].entries[0].value.clone()
+}
+
+/// X-Forwarded-For hops must be addresses: a forged word at the trusted position gets no bucket of
+/// its own (the peer's is used), and spellings of one address share a bucket.
+#[test]
+fn client_addresses_are_parsed_and_canonical() {
+    let plan = plan(CONFIG);
+    assert_eq!(
+        client(&plan, Some("evil, not-an-ip"), "192.0.2.9"),
+        "192.0.2.9"
+    );
+    assert_eq!(
+        client(&plan, Some("1.2.3.4, 198.51.100.7:443"), "192.0.2.9"),
+        "192.0.2.9"
+    );
+    assert_eq!(
+        client(&plan, Some("2001:DB8:0:0::1"), "192.0.2.9"),
+        "2001:db8::1"
+    );
+    assert_eq!(
+        client(&plan, Some("::ffff:198.51.100.7"), "192.0.2.9"),
+        "198.51.100.7"
+    );
+    assert_eq!(client(&plan, None, "2001:0db8::0001"), "2001:db8::1");
+}
+
+/// The tier descriptor's API key, for a request with `headers` and `path`.
+fn key_of(plan: &AuthzPlan, headers: &[(&str, &str)], path: &str) -> Option<String> {
+    let mut req = Req {
+        path: path.into(),
+        ..Req::default()
+    };
+    for (k, v) in headers {
+        req.headers.insert((*k).into(), (*v).into());
+    }
+    plan.descriptors(&req)
+        .iter()
+        .find(|d| d.entries[0].key == "tier")
+        .map(|d| d.entries[0].value.clone())
+}
+
+/// Spellings of one API key share one bucket (`api_key=%6b1` and `Authorization: BEARER k1` each
+/// got a fresh bucket); the header wins over `Authorization`, which wins over the query.
+#[test]
+fn api_keys_are_normalised_and_their_sources_ordered() {
+    let plan = plan(&CONFIG.replace(
+        "    entries: {k1: gold}\n    default: free\n",
+        "    entries: {k1: gold, k2: silver, k3: bronze, \"a b\": spaced}\n",
+    ));
+    for (headers, path) in [
+        (&[("x-api-key", "k1")][..], "/"),
+        (&[("x-api-key", " k1 ")][..], "/"),
+        (&[("authorization", "Bearer k1")][..], "/"),
+        (&[("authorization", "BEARER k1")][..], "/"),
+        (&[("authorization", "bearer   k1")][..], "/"),
+        (&[][..], "/x?api_key=k1"),
+        (&[][..], "/x?api_key=%6b1"),
+        (&[][..], "/x?api_key=%6B%31"),
+    ] {
+        assert_eq!(
+            key_of(&plan, headers, path).as_deref(),
+            Some("gold"),
+            "{headers:?} {path}"
+        );
+    }
+    let all = [("x-api-key", "k1"), ("authorization", "Bearer k2")];
+    assert_eq!(
+        key_of(&plan, &all, "/?api_key=k3").as_deref(),
+        Some("gold"),
+        "header first"
+    );
+    assert_eq!(
+        key_of(&plan, &all[1..], "/?api_key=k3").as_deref(),
+        Some("silver"),
+        "then Authorization"
+    );
+    assert_eq!(
+        key_of(&plan, &[("authorization", "Basic k2")], "/?api_key=k3").as_deref(),
+        Some("bronze")
+    );
+    assert_eq!(
+        key_of(&plan, &[], "/?api_key=a+b").as_deref(),
+        Some("spaced")
+    );
+    assert_eq!(
+        key_of(&plan, &[], "/?api_key=%zz1").as_deref(),
+        None,
+        "malformed escapes stay raw"
+    );
+    assert_eq!(
+        key_of(&plan, &[("x-api-key", "  ")], "/").as_deref(),
+        None,
+        "blank is absent"
+    );
+}

@@ -78,10 +78,39 @@ pub(crate) fn tls_material(
 pub struct ResetToken(String);
 
 impl ResetToken {
-    /// Compares in time independent of where the first difference is.
+    /// Compares in time that depends only on the length of what was presented: neither where
+    /// the first difference is nor the token's own length shows in the timing (the old compare
+    /// returned at once on a length mismatch, which told a caller the token's length).
     pub fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        let (token, given) = (self.0.as_bytes(), presented.as_bytes());
+        // Non-zero when the lengths differ; then every presented byte is still compared.
+        let mut diff = (token.len() ^ given.len()) as u64;
+        for (i, b) in given.iter().enumerate() {
+            let t = token.get(i % token.len().max(1)).copied().unwrap_or(0);
+            diff |= u64::from(t ^ b);
+        }
+        diff == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_matches_only_itself() {
+        let t = ResetToken("0123456789abcdef".into());
+        assert!(t.matches("0123456789abcdef"));
+        for other in [
+            "",
+            "0123456789abcde",
+            "0123456789abcdef0",
+            "0123456789abcdef0123456789abcdef",
+            "0123456789abcdeF",
+            "x123456789abcdef",
+        ] {
+            assert!(!t.matches(other), "{other:?}");
+        }
     }
 }
 
