@@ -93,27 +93,6 @@ impl ResetToken {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_token_matches_only_itself() {
-        let t = ResetToken("0123456789abcdef".into());
-        assert!(t.matches("0123456789abcdef"));
-        for other in [
-            "",
-            "0123456789abcde",
-            "0123456789abcdef0",
-            "0123456789abcdef0123456789abcdef",
-            "0123456789abcdeF",
-            "x123456789abcdef",
-        ] {
-            assert!(!t.matches(other), "{other:?}");
-        }
-    }
-}
-
 impl std::fmt::Debug for ResetToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ResetToken(<redacted>)")
@@ -151,4 +130,25 @@ pub(crate) fn reset_token(
         return bad("the reset token must be at least 16 characters".into());
     }
     Ok(Some(ResetToken(token.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_matches_only_itself() {
+        let t = ResetToken("0123456789abcdef".into());
+        assert!(t.matches("0123456789abcdef"));
+        for other in [
+            "",
+            "0123456789abcde",
+            "0123456789abcdef0",
+            "0123456789abcdef0123456789abcdef",
+            "0123456789abcdeF",
+            "x123456789abcdef",
+        ] {
+            assert!(!t.matches(other), "{other:?}");
+        }
+    }
 }
