@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::Unit;
 use crate::bucket::Rate;
 use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
-use crate::config::{ConfigError, Fallback, Mode};
+use crate::config::{ConfigError, Fallback, LimitOverrides, Mode};
 use crate::descriptor::Entry;
 use crate::hash::{fnv1a, fnv1a_of};
 
@@ -82,6 +82,8 @@ pub struct RuleSet {
     domains: HashMap<String, usize>,
     nodes: Vec<Node>,
     rules: Vec<Rule>,
+    /// Which caller-supplied limits apply (`limit_overrides:`).
+    limit_overrides: LimitOverrides,
 }
 
 #[derive(Debug, Default)]
@@ -225,6 +227,25 @@ impl RuleSet {
             }
         }
         Match::NoRule
+    }
+
+    /// The same rules, honouring caller-supplied limits as `overrides` says.
+    pub fn with_limit_overrides(self, overrides: LimitOverrides) -> Self {
+        Self {
+            limit_overrides: overrides,
+            ..self
+        }
+    }
+
+    /// Whether a caller-supplied limit applies to `entries` in `domain` (a known domain).
+    pub fn honours_override(&self, domain: &str, entries: &[Entry]) -> bool {
+        match self.limit_overrides {
+            LimitOverrides::Any => true,
+            LimitOverrides::Ignore => false,
+            LimitOverrides::RulesOnly => {
+                matches!(self.match_descriptor(domain, entries), Match::Rule(_))
+            }
+        }
     }
 
     /// Every rule, in file order.

@@ -3,8 +3,14 @@
 //! A key is the rule's fingerprint followed by every entry's key and value, length-prefixed so
 //! no two different descriptors encode the same bytes. Lookups encode into a reused buffer, so a
 //! decision on a known key allocates nothing.
+//!
+//! Values are request data of any length. In keys, a value longer than [`MAX_VALUE_IN_KEY`] bytes
+//! is kept as a prefix and its SHA-256 (`<prefix>~<64 hex digits>`): every key, in this process
+//! and in Redis, is then bounded in bytes, and two long values share a bucket only if SHA-256
+//! collides (a keyless or weak hash would let a client forge a collision with a victim's value;
+//! a keyed one would differ between sidecars sharing Redis). Matching still sees the whole value.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
@@ -28,6 +34,32 @@ impl BucketKey {
     }
 }
 
+/// Longest value kept verbatim in a key, in bytes.
+pub const MAX_VALUE_IN_KEY: usize = 128;
+/// Bytes of a long value's prefix kept before its digest (fewer at a character boundary).
+const LONG_VALUE_PREFIX: usize = 32;
+
+/// A value as keys hold it: itself, or a prefix and SHA-256 when longer than
+/// [`MAX_VALUE_IN_KEY`] (at most 32 + 1 + 64 bytes).
+pub fn key_value(value: &str) -> Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    if value.len() <= MAX_VALUE_IN_KEY {
+        return Cow::Borrowed(value);
+    }
+    let mut cut = LONG_VALUE_PREFIX;
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = String::with_capacity(cut + 65);
+    out.push_str(&value[..cut]);
+    out.push('~');
+    for b in Sha256::digest(value.as_bytes()) {
+        let _ = write!(out, "{b:02x}");
+    }
+    Cow::Owned(out)
+}
+
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
@@ -37,8 +69,10 @@ pub fn encode_into(out: &mut Vec<u8>, identity: u64, entries: &[Entry]) {
     out.clear();
     out.extend_from_slice(&identity.to_le_bytes());
     for e in entries {
-        for part in [&e.key, &e.value] {
-            // Keys and values are bounded (1 KiB) by the server, far below u32::MAX.
+        let value = key_value(&e.value);
+        for part in [e.key.as_str(), &value] {
+            // Keys are bounded (1 KiB) by the server and values here (≤ 97 bytes), far below
+            // u32::MAX.
             out.extend_from_slice(&(part.len() as u32).to_le_bytes());
             out.extend_from_slice(part.as_bytes());
         }
@@ -72,9 +106,13 @@ pub fn owned(bytes: &[u8]) -> BucketKey {
 /// the cluster while every script call touches one key. The values follow the tag verbatim
 /// (escaped), so distinct descriptors never share a global bucket even if their hashes collide.
 pub fn store_key(identity: u64, entries: &[Entry]) -> String {
+    let values: Vec<Cow<'_, str>> = entries.iter().map(|e| key_value(&e.value)).collect();
     store_key_from(
         identity,
-        entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+        entries
+            .iter()
+            .zip(&values)
+            .map(|(e, v)| (e.key.as_str(), v.as_ref())),
     )
 }
 
@@ -204,6 +242,38 @@ mod tests {
                 &entries(&[("a|b", "c=d\\e"), ("k", "\u{e9}\n\u{85}x")])
             ),
             "sluice:{ffffffffffffffff:7bde8828b4406b39}:a\\|b=c\\=d\\\\e|k=\u{e9}\\x0a\\x85x"
+        );
+    }
+
+    /// A value of any length is kept in a bounded key; long values sharing a prefix still get
+    /// keys of their own, the same in this process and in the store.
+    #[test]
+    fn long_values_are_bounded_and_distinct() {
+        let a = "a".repeat(5_000);
+        let b = format!("{}b", "a".repeat(4_999));
+        let exactly = "v".repeat(MAX_VALUE_IN_KEY);
+        let (ka, kb) = (
+            store_key(1, &entries(&[("k", &a)])),
+            store_key(1, &entries(&[("k", &b)])),
+        );
+        assert_ne!(ka, kb);
+        assert!(ka.len() < 200, "{} bytes", ka.len());
+        let (_, value) = ka.split_once("}:k=").expect("values");
+        let (prefix, digest) = value.split_once('~').expect("a digest");
+        assert_eq!(prefix, "a".repeat(32));
+        assert!(digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(store_key(1, &entries(&[("k", &exactly)])).ends_with(&exactly));
+        for v in [&a, &b, &exactly, &"é".repeat(100)] {
+            let e = entries(&[("k", v)]);
+            let encoded = with_encoded(1, &e, owned);
+            // Identity, two length prefixes, the key `k`, at most 128 value bytes.
+            assert!(encoded.as_bytes().len() <= 8 + 2 * 4 + 1 + MAX_VALUE_IN_KEY);
+            assert_eq!(store_key_of(&encoded), store_key(1, &e), "{v:.10}");
+        }
+        assert_eq!(
+            key_value(&"é".repeat(100)).len(),
+            32 + 1 + 64,
+            "the prefix ends at a character boundary"
         );
     }
 

@@ -179,7 +179,9 @@ impl Plan {
 /// The limit of descriptor `d` in `domain` and the identity of its bucket (`None`: no limit
 /// applies).
 fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Matched<'r>> {
-    if let Some(o) = d.limit_override {
+    if let Some(o) = d.limit_override
+        && rules.honours_override(domain, &d.entries)
+    {
         let rate = Rate::per_unit(o.requests_per_unit, o.unit);
         return Some(Matched {
             info: LimitInfo {

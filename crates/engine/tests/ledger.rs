@@ -21,21 +21,24 @@ use sluice_engine::{
     Code, Decision, Denial, Engine, EngineMetrics, EngineSettings, MemoryStore, RateLimitRequest,
 };
 
-/// The rules: strict (small burst; burst above the rate), local, exact, shadow.
+/// The rules: strict (small burst; burst above the rate), local, exact, shadow; and caller
+/// overrides on any descriptor (`o` matches no rule).
 const RULES: &str = r#"
-domain: p
-descriptors:
-  - key: a
-    rate_limit: {unit: second, requests_per_unit: 10, burst: 5, name: a}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 30, burst: 40, name: b}
-  - key: l
-    rate_limit: {unit: second, requests_per_unit: 4, burst: 6, mode: local, name: l}
-  - key: x
-    rate_limit: {unit: second, requests_per_unit: 3, mode: exact, name: x}
-  - key: s
-    shadow_mode: true
-    rate_limit: {unit: second, requests_per_unit: 2, name: s}
+limit_overrides: any
+domains:
+  - domain: p
+    descriptors:
+      - key: a
+        rate_limit: {unit: second, requests_per_unit: 10, burst: 5, name: a}
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 30, burst: 40, name: b}
+      - key: l
+        rate_limit: {unit: second, requests_per_unit: 4, burst: 6, mode: local, name: l}
+      - key: x
+        rate_limit: {unit: second, requests_per_unit: 3, mode: exact, name: x}
+      - key: s
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 2, name: s}
 "#;
 
 /// (requests per second, burst, local) of each rule key; `o` is a caller override.

@@ -23,7 +23,6 @@ use tonic::{Request, Response, Status};
 use crate::headers::{self, PolicyView};
 use crate::metrics::Api;
 use crate::state::AppState;
-use crate::validate::MAX_ENTRY_BYTES;
 
 /// gRPC status code OK, in `CheckResponse.status`.
 const GRPC_OK: i32 = 0;
@@ -71,8 +70,8 @@ impl Authorization for Authz {
                 .inc();
             return Ok(Response::new(allow(Vec::new())));
         };
-        let descriptors: Vec<Descriptor> =
-            plan.descriptors(&view).into_iter().map(bounded).collect();
+        // Values of any length: the engine keeps long ones in its keys as prefix and digest.
+        let descriptors: Vec<Descriptor> = plan.descriptors(&view);
         if descriptors.is_empty() {
             self.state
                 .metrics
@@ -188,23 +187,6 @@ fn header(key: &str, value: String) -> HeaderValueOption {
     }
 }
 
-/// Keeps descriptor values bounded: a value over 1 KiB (a hostile header, say) is replaced by a
-/// prefix and a hash of the whole, so it still gets a bucket of its own without unbounded keys.
-fn bounded(mut d: Descriptor) -> Descriptor {
-    for e in &mut d.entries {
-        if e.value.len() > MAX_ENTRY_BYTES {
-            e.value = long_value_key(&e.value);
-        }
-    }
-    d
-}
-
-fn long_value_key(value: &str) -> String {
-    let h = sluice_core::hash::fnv1a_of(value.as_bytes());
-    let prefix: String = value.chars().take(64).collect();
-    format!("{prefix}~{h:016x}")
-}
-
 /// A [`RequestView`] over an ext_authz `CheckRequest`.
 struct CheckView<'a> {
     http: &'a HttpRequest,
@@ -280,23 +262,5 @@ impl RequestView for CheckView<'_> {
     }
     fn context_extension(&self, name: &str) -> Option<&str> {
         self.extensions.get(name).map(String::as_str)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_core::Entry;
-
-    #[test]
-    fn long_values_are_bounded_and_distinct() {
-        let a = "a".repeat(5_000);
-        let b = format!("{}b", "a".repeat(4_999));
-        let d = bounded(Descriptor::of([("k", a.as_str())]));
-        let e = bounded(Descriptor::of([("k", b.as_str())]));
-        assert!(d.entries[0].value.len() <= 100);
-        assert_ne!(d.entries[0].value, e.entries[0].value);
-        let short = bounded(Descriptor::of([("k", "v")]));
-        assert_eq!(short.entries, vec![Entry::new("k", "v")]);
     }
 }

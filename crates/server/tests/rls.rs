@@ -91,7 +91,7 @@ async fn malformed_requests_get_invalid_argument_with_a_message() {
         (request("", &[&[("user", "u")]]), "domain must not be empty"),
         (request("edge", &[]), "descriptor list must not be empty"),
         (request("edge", &[&[]]), "descriptor 0 has no entries"),
-        (request("edge", &[&[("user", long.as_str())]]), "1025 bytes"),
+        (request("edge", &[&[(long.as_str(), "v")]]), "1025 bytes"),
         (request("edge", &[&[("", "v")]]), "empty key"),
         (request("edge", &many_refs), "65 descriptors"),
     ];
@@ -112,6 +112,30 @@ async fn malformed_requests_get_invalid_argument_with_a_message() {
         metrics.contains(r#"sluice_requests_total{api="rls",code="invalid"} 6"#),
         "{metrics}"
     );
+}
+
+/// A value over 1 KiB was INVALID_ARGUMENT, which Envoy with `failure_mode_deny: false` turns into
+/// "no limit" for that request. Long values are limited like any other, each on its own bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_values_are_limited_not_rejected() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let long = "x".repeat(64 * 1024);
+    let other = format!("{}y", &long[1..]);
+    for (value, admitted_of_five) in [(&long, 3), (&long, 0), (&other, 3)] {
+        let req = request("edge", &[&[("remote_address", value.as_str())]]);
+        let mut ok = 0;
+        for _ in 0..5 {
+            let resp = rls
+                .should_rate_limit(req.clone())
+                .await
+                .expect("rpc")
+                .into_inner();
+            ok += usize::from(resp.overall_code == Code::Ok as i32);
+        }
+        assert_eq!(ok, admitted_of_five, "3 per minute per client");
+    }
+    server.stop().await.expect("clean stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +164,7 @@ async fn per_descriptor_hits_addend_and_limit_override() {
         (Code::Ok as i32, 0)
     );
 
-    let mut over = request("edge", &[&[("anything", "x")]]);
+    let mut over = request("edge", &[&[("remote_address", "override-me")]]);
     over.descriptors[0].limit = Some(
         sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::RateLimitOverride {
             requests_per_unit: 1,

@@ -157,7 +157,7 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
             Some(redis)
         }
     };
-    let rules = RuleSet::compile(&domains)?;
+    let rules = RuleSet::compile(&domains)?.with_limit_overrides(file.limit_overrides);
     let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
     let authz = file
         .authz

@@ -37,6 +37,9 @@ pub struct ConfigFile {
     /// Dry run for every rule: decide and count, but always answer OK.
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Which of Envoy's per-descriptor `limit` overrides apply.
+    #[serde(default)]
+    pub limit_overrides: LimitOverrides,
     /// Operator API settings.
     pub admin: Option<Spanned<AdminConfig>>,
     /// TLS on the gRPC port (mutual TLS with `client_ca_file`).
@@ -193,6 +196,20 @@ pub struct ReplacesConfig {
     /// The replaced rule's name.
     #[serde(default)]
     pub name: String,
+}
+
+/// Which caller-supplied limits (Envoy's per-descriptor `limit`) sluice honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitOverrides {
+    /// On descriptors that match a configured rule (the override replaces its limit). Default:
+    /// a caller cannot create limits, and so keys, for descriptors the config does not know.
+    #[default]
+    RulesOnly,
+    /// On any descriptor (envoyproxy/ratelimit's behaviour).
+    Any,
+    /// Never.
+    Ignore,
 }
 
 /// How a limit is shared across sluice instances.

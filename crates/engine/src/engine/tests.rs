@@ -218,19 +218,56 @@ async fn unknown_domains_and_unmatched_descriptors_are_ok() {
     assert_eq!((e.tracked_keys(), store.len()), (0, 0));
 }
 
-#[tokio::test]
-async fn limit_overrides_from_the_caller_apply() {
-    let clock = ManualClock::at(1);
-    let (e, _) = engine(&clock);
-    let mut ds = vec![d(&[("anything", "v")])];
+fn overridden(pairs: &[(&str, &str)]) -> Vec<Descriptor> {
+    let mut ds = vec![d(pairs)];
     ds[0].limit_override = Some(sluice_core::descriptor::LimitOverride {
         requests_per_unit: 3,
         unit: sluice_core::Unit::Hour,
     });
-    assert_eq!(admitted(&e, &ds, 5).await, 3);
+    ds
+}
+
+/// Envoy's per-descriptor `limit` replaces a matched rule's limit; on a descriptor that matches
+/// no rule it applies only with `limit_overrides: any` (10 such requests could create a year's
+/// worth of store keys for descriptors the config does not know).
+#[tokio::test]
+async fn limit_overrides_from_the_caller_apply_to_configured_rules() {
+    let clock = ManualClock::at(1);
+    let (e, store) = engine(&clock);
+    let matched = overridden(&[("ip", "o")]);
+    assert_eq!(admitted(&e, &matched, 5).await, 3, "3 per hour, not 10/s");
     assert_eq!(
-        ask(&e, &ds).await.outcomes[0].limit.map(|l| l.rule),
+        ask(&e, &matched).await.outcomes[0].limit.map(|l| l.rule),
         Some(None)
+    );
+    let unmatched = overridden(&[("anything", "v")]);
+    let keys = (e.tracked_keys(), store.len());
+    assert_eq!(admitted(&e, &unmatched, 5).await, 5, "ignored");
+    assert_eq!(ask(&e, &unmatched).await.outcomes[0].limit, None);
+    assert_eq!((e.tracked_keys(), store.len()), keys, "no key made for it");
+
+    let any = sluice_core::config::parse_config(&format!(
+        "limit_overrides: any\ndomains:\n  - {}",
+        "{domain: d, descriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 10}}]}"
+    ))
+    .expect("config")
+    .rules;
+    e.swap_rules(any);
+    assert_eq!(
+        admitted(&e, &unmatched, 5).await,
+        3,
+        "with `any`, it applies"
+    );
+    let ignore = sluice_core::config::parse_config(
+        "limit_overrides: ignore\ndomains:\n  - {domain: d, descriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 10}}]}",
+    )
+    .expect("config")
+    .rules;
+    e.swap_rules(ignore);
+    assert_eq!(
+        admitted(&e, &overridden(&[("ip", "fresh")]), 12).await,
+        10,
+        "with `ignore`, the rule's own 10/s"
     );
 }
 
