@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # P6: memory. RSS of an idle sluice, then after 1 M distinct keys (bytes per key), then with
-# max_keys 200 k under another 1 M new keys (memory stays bounded). Keys arrive over gRPC from ghz.
+# max_keys 200 k under another 1 M new keys (memory stays bounded), then 100 k keys whose values are
+# 1 KiB each (the worst case per key: long values are kept in keys as prefix + digest). Keys arrive
+# over gRPC from ghz.
 # Prints and appends to RESULTS.md. Needs ghz (go install github.com/bojand/ghz/cmd/ghz@latest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,16 @@ ghz --insecure --call "$rls" -d "$data" -c 50 -n "$KEYS" 127.0.0.1:18481 >/dev/n
 bounded=$(rss_kb "$pid"); bounded_keys=$(tracked 18480)
 kill "$pid"
 
-line="P6 $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores): RSS idle $((idle / 1024)) MiB; after $keys keys $((full / 1024)) MiB = $per_key bytes/key; with max_keys 200000 after $KEYS new keys: $bounded_keys tracked, RSS $((bounded / 1024)) MiB"
+LONG_KEYS=${LONG_KEYS:-100000}
+start 2000000 18581 18580; sleep 1
+long_idle=$(rss_kb "$pid")
+pad=$(printf 'v%.0s' $(seq 1000))
+long_data='{"domain":"mem","descriptors":[{"entries":[{"key":"client","value":"'"$pad"'-{{.RequestNumber}}"}]}]}'
+ghz --insecure --call "$rls" -d "$long_data" -c 50 -n "$LONG_KEYS" 127.0.0.1:18581 >/dev/null 2>&1
+long_full=$(rss_kb "$pid"); long_keys=$(tracked 18580)
+long_per_key=$(( (long_full - long_idle) * 1024 / long_keys ))
+kill "$pid"
+
+line="P6 $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores): RSS idle $((idle / 1024)) MiB; after $keys keys $((full / 1024)) MiB = $per_key bytes/key; with max_keys 200000 after $KEYS new keys: $bounded_keys tracked, RSS $((bounded / 1024)) MiB; $long_keys keys with 1 KiB values: RSS $((long_full / 1024)) MiB = $long_per_key bytes/key"
 echo "$line"
 printf '\n### P6 (`loadtest/p6.sh`)\n\n%s\n' "$line" >> loadtest/RESULTS.md
