@@ -19,7 +19,7 @@ use crate::lease::Leaser;
 use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
 use crate::metrics::EngineMetrics;
 use crate::plan::Plan;
-use crate::quota::{self, QuotaView, TrackedKey};
+use crate::quota::{self, KeyFilter, QuotaView, TrackedPage};
 use crate::store::{GlobalStore, StoreError};
 use crate::table::BucketTable;
 
@@ -214,10 +214,16 @@ impl Engine {
         quota::reset(&self.rules(), &self.table, &*store, domain, entries).await
     }
 
-    /// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
-    /// and values prefix (empty filters match everything).
-    pub fn tracked(&self, domain: &str, rule: &str, prefix: &str) -> Vec<TrackedKey> {
-        quota::tracked(&self.rules(), &self.table, self.now(), domain, rule, prefix)
+    /// A page of the keys this instance tracks (see [`quota::tracked_page`]): at most `size`
+    /// keys matching `filter`, after the cursor `after` from the previous page. One pass over
+    /// every key: call it off the async workers (`spawn_blocking`) on large tables.
+    pub fn tracked_page(
+        &self,
+        filter: &KeyFilter,
+        after: Option<&[u8]>,
+        size: usize,
+    ) -> TrackedPage {
+        quota::tracked_page(&self.rules(), &self.table, self.now(), filter, after, size)
     }
 
     /// Runs [`sweep`](Self::sweep) periodically until `shutdown` resolves; then stops background

@@ -144,38 +144,115 @@ pub(crate) async fn reset(
     Ok(Some(rule.label.clone()))
 }
 
-/// The keys this instance tracks, sorted by rule and values, filtered by domain, rule label
-/// and values prefix (empty filters match everything).
-pub(crate) fn tracked(
+/// Which tracked keys to list (empty fields match everything).
+#[derive(Debug, Clone, Default)]
+pub struct KeyFilter {
+    /// Only keys of rules of this domain.
+    pub domain: String,
+    /// Only keys of the rule with this label.
+    pub rule: String,
+    /// Only keys whose values (`key=value|…`) start with this.
+    pub prefix: String,
+}
+
+/// One page of tracked keys.
+#[derive(Debug, Clone, Default)]
+pub struct TrackedPage {
+    /// The keys, in bucket-key order.
+    pub keys: Vec<TrackedKey>,
+    /// Keys matching the filter, on all pages.
+    pub total: u64,
+    /// Where the next page starts (`None` on the last page).
+    pub next: Option<Vec<u8>>,
+}
+
+/// A tracked key ordered by its bytes alone.
+struct ByKey(Vec<u8>, Arc<crate::bucket::LeaseBucket>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for ByKey {}
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+/// The tracked keys matching `filter` that come after `after` (a cursor from the previous page),
+/// at most `size` of them. One pass over the table, holding only the `size + 1` smallest keys
+/// seen (no sort of every key, no formatting of keys that are not listed unless a prefix filter
+/// needs their values); the order is the bucket keys' bytes, stable while keys come and go, so
+/// pages never repeat a key.
+pub(crate) fn tracked_page(
     rules: &RuleSet,
     table: &BucketTable,
     now: u64,
-    domain: &str,
-    rule: &str,
-    prefix: &str,
-) -> Vec<TrackedKey> {
-    let mut out = Vec::new();
+    filter: &KeyFilter,
+    after: Option<&[u8]>,
+    size: usize,
+) -> TrackedPage {
+    use std::collections::{BinaryHeap, HashMap};
+    let owners: HashMap<u64, (&str, &str)> = rules
+        .rules()
+        .iter()
+        .map(|r| (r.fingerprint, (r.domain.as_str(), r.label.as_str())))
+        .collect();
+    let owner = |identity: u64| owners.get(&identity).copied().unwrap_or(("", ""));
+    let mut total = 0u64;
+    // A max-heap of the smallest keys after the cursor.
+    let mut smallest: BinaryHeap<ByKey> = BinaryHeap::new();
     table.for_each(|key, b| {
-        let owner = rules.rules().iter().find(|r| r.fingerprint == b.identity);
-        let (d, r) = owner.map_or(("", ""), |r| (r.domain.as_str(), r.label.as_str()));
-        let store_key = key::store_key_of(key);
-        let values = key::values_of(&store_key);
-        let keep = (domain.is_empty() || d == domain)
-            && (rule.is_empty() || r == rule)
-            && values.starts_with(prefix);
-        if keep {
-            out.push(TrackedKey {
+        let (d, r) = owner(b.identity);
+        if !(filter.domain.is_empty() || d == filter.domain)
+            || !(filter.rule.is_empty() || r == filter.rule)
+        {
+            return;
+        }
+        if !filter.prefix.is_empty()
+            && !key::values_of(&key::store_key_of(key)).starts_with(&filter.prefix)
+        {
+            return;
+        }
+        total += 1;
+        let bytes = key.as_bytes();
+        if after.is_some_and(|a| bytes <= a) {
+            return;
+        }
+        if smallest.len() <= size {
+            smallest.push(ByKey(bytes.to_vec(), Arc::clone(b)));
+        } else if smallest.peek().is_some_and(|top| bytes < top.0.as_slice()) {
+            smallest.pop();
+            smallest.push(ByKey(bytes.to_vec(), Arc::clone(b)));
+        }
+    });
+    let mut page = smallest.into_sorted_vec();
+    let more = page.len() > size;
+    page.truncate(size);
+    let next = more.then(|| page.last().map(|k| k.0.clone())).flatten();
+    let keys = page
+        .into_iter()
+        .map(|ByKey(bytes, b)| {
+            let (d, r) = owner(b.identity);
+            let store_key = key::store_key_of(&key::owned(&bytes));
+            TrackedKey {
                 domain: d.to_string(),
                 rule: r.to_string(),
-                values: values.to_string(),
+                values: key::values_of(&store_key).to_string(),
                 mode: b.mode,
                 local_lease: b.lock().lease,
                 idle: Duration::from_micros(now.saturating_sub(b.last_used())),
-            });
-        }
-    });
-    out.sort_by(|a, b| (&a.domain, &a.rule, &a.values).cmp(&(&b.domain, &b.rule, &b.values)));
-    out
+            }
+        })
+        .collect();
+    TrackedPage { keys, total, next }
 }
 
 fn until_full(rate: &Rate, tokens: f64) -> Duration {

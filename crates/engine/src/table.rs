@@ -214,7 +214,7 @@ impl BucketTable {
     }
 
     /// Calls `f` on every tracked key.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&BucketKey, &LeaseBucket)) {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&BucketKey, &Arc<LeaseBucket>)) {
         for entry in self.map.iter() {
             f(entry.key(), entry.value());
         }

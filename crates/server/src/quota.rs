@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sluice_core::Entry;
 use sluice_core::rules::Limit;
-use sluice_engine::quota::QuotaView;
+use sluice_engine::quota::{KeyFilter, QuotaView};
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::quota_server::Quota;
 use tokio_stream::Stream;
@@ -119,6 +119,27 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     out
 }
 
+/// A page token: the last key of the page, hex-encoded (opaque to callers).
+fn token_of(cursor: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(cursor.len() * 2);
+    for b in cursor {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// The cursor in a page token; `None` if it is not one [`token_of`] made.
+fn cursor_of(token: &str) -> Option<Vec<u8>> {
+    if token.len() % 2 != 0 || token.len() > 64 * 1024 {
+        return None;
+    }
+    (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn prost_duration(d: Duration) -> prost_types::Duration {
     let (seconds, nanos) = crate::rls::pb_parts(d);
     prost_types::Duration { seconds, nanos }
@@ -148,40 +169,40 @@ impl Quota for QuotaService {
             0 => 100,
             n => n.min(1_000) as usize,
         };
-        let start: usize = if req.page_token.is_empty() {
-            0
+        let after = if req.page_token.is_empty() {
+            None
         } else {
-            req.page_token
-                .parse()
-                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
+            Some(cursor_of(&req.page_token).ok_or_else(|| {
+                Status::invalid_argument("page_token is not one this server issued")
+            })?)
         };
-        let all = self
-            .state
-            .engine
-            .tracked(&req.domain, &req.rule, &req.prefix);
-        let total = all.len();
-        let keys = all
-            .into_iter()
-            .skip(start)
-            .take(size)
-            .map(|k| pb::TrackedKey {
-                domain: k.domain,
-                rule: k.rule,
-                values: k.values,
-                mode: k.mode.as_str().into(),
-                local_lease: k.local_lease,
-                idle_seconds: k.idle.as_secs_f64(),
-            })
-            .collect::<Vec<_>>();
-        let next = start + keys.len();
+        let filter = KeyFilter {
+            domain: req.domain,
+            rule: req.rule,
+            prefix: req.prefix,
+        };
+        // One pass over every tracked key: off the async workers, so decisions keep flowing.
+        let engine = Arc::clone(&self.state.engine);
+        let page = tokio::task::spawn_blocking(move || {
+            engine.tracked_page(&filter, after.as_deref(), size)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("listing failed: {e}")))?;
         Ok(Response::new(pb::ListQuotasResponse {
-            keys,
-            next_page_token: if next < total {
-                next.to_string()
-            } else {
-                String::new()
-            },
-            total: total as u64,
+            keys: page
+                .keys
+                .into_iter()
+                .map(|k| pb::TrackedKey {
+                    domain: k.domain,
+                    rule: k.rule,
+                    values: k.values,
+                    mode: k.mode.as_str().into(),
+                    local_lease: k.local_lease,
+                    idle_seconds: k.idle.as_secs_f64(),
+                })
+                .collect(),
+            next_page_token: page.next.map(|c| token_of(&c)).unwrap_or_default(),
+            total: page.total,
         }))
     }
 

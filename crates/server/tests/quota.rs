@@ -96,8 +96,22 @@ async fn list_quotas_filters_and_pages() {
         }
         token = page.next_page_token;
     }
-    assert_eq!(seen.len(), 25);
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        (seen.len(), unique.len()),
+        (25, 25),
+        "every key once, none repeated: {seen:?}"
+    );
+    let bad = quota
+        .list_quotas(pb::ListQuotasRequest {
+            page_token: "zz".into(),
+            ..pb::ListQuotasRequest::default()
+        })
+        .await
+        .expect_err("a token this server did not issue");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
     let prefixed = quota
         .list_quotas(pb::ListQuotasRequest {
             prefix: "remote_address=10.0.0.1".into(),
