@@ -61,6 +61,8 @@ struct PlanEntry {
     key: String,
     source: Source,
     map: Option<Arc<ValueMap>>,
+    /// Keep only a digest of the value (secrets such as API keys).
+    hash: bool,
 }
 
 /// The compiled `authz:` section.
@@ -111,10 +113,14 @@ impl AuthzPlan {
                         "authz entry has empty key",
                     ));
                 }
+                let hash = e
+                    .hash
+                    .unwrap_or(matches!(e.from, Source::ApiKey(_)) && map.is_none());
                 entries.push(PlanEntry {
                     key: e.key.value.clone(),
                     source: lowercase_header_names(e.from.clone()),
                     map,
+                    hash,
                 });
             }
             if entries.is_empty() {
@@ -146,6 +152,9 @@ impl AuthzPlan {
                             Some(map) => map.translate(&raw)?,
                             None => &raw,
                         };
+                        if e.hash {
+                            return Some(Entry::new(e.key.as_str(), digest(value)));
+                        }
                         Some(Entry::new(e.key.as_str(), value))
                     })
                     .collect();
@@ -198,6 +207,19 @@ impl AuthzPlan {
         let peer = req.peer_ip()?;
         Some(canonical_ip(peer).unwrap_or(Cow::Borrowed(peer)))
     }
+}
+
+/// `sha256:` and the first 128 bits of the value's SHA-256, in hex: the same in every sidecar
+/// (buckets are shared through Redis), not the secret itself.
+pub fn digest(value: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(7 + 32);
+    out.push_str("sha256:");
+    for b in &Sha256::digest(value.as_bytes())[..16] {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// An IP address in canonical form (borrowed when it already is), or `None` if `s` is not one.

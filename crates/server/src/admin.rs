@@ -68,6 +68,15 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
     }
 }
 
+/// Whether the request may read quota and config (the read token, when one is configured).
+fn may_read(state: &AppState, req: &Request<Incoming>) -> bool {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    state.runtime.load().may_read(presented)
+}
+
 /// Answers one admin request.
 pub async fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -76,6 +85,17 @@ pub async fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<
     match req.uri().path() {
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/config" | "/quota" if !may_read(state, req) => {
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "needs `Authorization: Bearer <read token>` (admin.read_token_*)\n".into(),
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
+            r
+        }
         "/config" => json(StatusCode::OK, &config_json(state)),
         "/quota" => quota(state, req.uri().query().unwrap_or("")).await,
         "/readyz" => {

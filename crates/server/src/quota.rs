@@ -27,6 +27,21 @@ impl QuotaService {
         Self { state }
     }
 
+    /// Refuses a read of the Quota API without the read token (when one is configured).
+    fn authorize_read<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if self.state.runtime.load().may_read(presented) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated(
+                "the Quota read API needs `authorization: Bearer <read token>` (admin.read_token_*)",
+            ))
+        }
+    }
+
     /// `ResetQuota`, behind the bearer token.
     async fn reset(
         &self,
@@ -131,7 +146,7 @@ fn token_of(cursor: &[u8]) -> String {
 
 /// The cursor in a page token; `None` if it is not one [`token_of`] made.
 fn cursor_of(token: &str) -> Option<Vec<u8>> {
-    if token.len() % 2 != 0 || token.len() > 64 * 1024 {
+    if !token.len().is_multiple_of(2) || token.len() > 64 * 1024 {
         return None;
     }
     (0..token.len())
@@ -153,6 +168,7 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::GetQuotaRequest>,
     ) -> Result<Response<pb::QuotaState>, Status> {
+        self.authorize_read(&request)?;
         let req = request.into_inner();
         let entries = entries_of(&req.domain, &req.entries)?;
         Ok(Response::new(
@@ -164,6 +180,7 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::ListQuotasRequest>,
     ) -> Result<Response<pb::ListQuotasResponse>, Status> {
+        self.authorize_read(&request)?;
         let req = request.into_inner();
         let size = match req.page_size {
             0 => 100,
@@ -212,6 +229,7 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::WatchQuotaRequest>,
     ) -> Result<Response<Self::WatchQuotaStream>, Status> {
+        self.authorize_read(&request)?;
         let slot = self
             .state
             .watchers
@@ -280,8 +298,9 @@ impl Quota for QuotaService {
 
     async fn list_rules(
         &self,
-        _: Request<pb::ListRulesRequest>,
+        request: Request<pb::ListRulesRequest>,
     ) -> Result<Response<pb::ListRulesResponse>, Status> {
+        self.authorize_read(&request)?;
         let rules = self.state.engine.rules();
         let version = self.state.runtime.load().version.clone();
         Ok(Response::new(pb::ListRulesResponse {

@@ -27,9 +27,29 @@ pub struct Runtime {
     pub shadow_mode: bool,
     /// The bearer token `ResetQuota` requires; `None`: resets are disabled.
     pub reset_token: Option<sluice_core::config::load::ResetToken>,
+    /// The bearer token the Quota read API and admin `/config`, `/quota` need; `None`: open.
+    pub read_token: Option<sluice_core::config::load::ResetToken>,
 }
 
 impl Runtime {
+    /// Whether `authorization` (the header's value) may read quotas: always if no read token is
+    /// set; else with `Bearer <read token>` or `Bearer <reset token>`.
+    pub fn may_read(&self, authorization: Option<&str>) -> bool {
+        let Some(read) = &self.read_token else {
+            return true;
+        };
+        let presented = authorization
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        // Both compared, so the time does not tell which one matched.
+        let by_read = read.matches(presented);
+        let by_reset = self
+            .reset_token
+            .as_ref()
+            .is_some_and(|t| t.matches(presented));
+        by_read | by_reset
+    }
+
     /// The runtime part of a loaded config.
     pub fn of(config: &Config) -> Self {
         Self {
@@ -38,6 +58,7 @@ impl Runtime {
             version: config.version.clone(),
             shadow_mode: config.shadow_mode,
             reset_token: config.reset_token.clone(),
+            read_token: config.read_token.clone(),
         }
     }
 }

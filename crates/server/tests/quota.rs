@@ -166,3 +166,41 @@ async fn watch_quota_streams_snapshots_and_list_rules_shows_the_config() {
             .any(|r| r.name == "shadowed" && r.shadow_mode)
     );
 }
+
+/// With a read token configured, the Quota read API and admin `/config` and `/quota` need it
+/// (listing tracked keys shows their descriptor values, API keys included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_guards_quota_reads() {
+    use sluice_core::config::{MemSource, load_from};
+    let server = TestServer::start(CONFIG).await;
+    let yaml = format!("{CONFIG}admin:\n  read_token_env: READ\n");
+    let source = MemSource::new()
+        .file("sluice.yaml", yaml)
+        .var("READ", "read-token-0123456789");
+    let config = load_from(&source, std::path::Path::new("sluice.yaml")).expect("config");
+    server
+        .state
+        .runtime
+        .store(std::sync::Arc::new(sluice_server::Runtime::of(&config)));
+    let mut quota = QuotaClient::new(server.channel().await);
+    let list = || pb::ListQuotasRequest::default();
+    let refused = quota.list_quotas(list()).await.expect_err("no token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let mut with = tonic::Request::new(list());
+    with.metadata_mut().insert(
+        "authorization",
+        "Bearer read-token-0123456789".parse().expect("ascii"),
+    );
+    quota.list_quotas(with).await.expect("with the token");
+    let rules = quota
+        .list_rules(pb::ListRulesRequest {})
+        .await
+        .expect_err("rules too");
+    assert_eq!(rules.code(), tonic::Code::Unauthenticated);
+    for path in ["/config", "/quota?domain=edge&user=u"] {
+        let (status, _) = server.admin_get(path).await;
+        assert_eq!(status, 401, "{path}");
+    }
+    let (status, _) = server.admin_get("/metrics").await;
+    assert_eq!(status, 200, "metrics stay open for Prometheus");
+}

@@ -11,9 +11,33 @@ use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
+use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
+
+/// A Quota client for reads: sends `authorization: Bearer $SLUICE_READ_TOKEN` when that is set
+/// (a server with `admin.read_token_*` needs it; the token never appears on the command line).
+async fn reader(
+    target: &Target,
+) -> anyhow::Result<QuotaClient<InterceptedService<Channel, ReadToken>>> {
+    Ok(QuotaClient::with_interceptor(
+        channel(target).await?,
+        with_read_token as ReadToken,
+    ))
+}
+
+type ReadToken = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+
+fn with_read_token(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    if let Ok(token) = std::env::var("SLUICE_READ_TOKEN") {
+        let bearer = format!("Bearer {}", token.trim()).parse().map_err(|_| {
+            tonic::Status::invalid_argument("SLUICE_READ_TOKEN is not a valid header value")
+        })?;
+        request.metadata_mut().insert("authorization", bearer);
+    }
+    Ok(request)
+}
 
 async fn channel(target: &Target) -> anyhow::Result<Channel> {
     let tls = target.addr.starts_with("https://")
@@ -63,7 +87,7 @@ fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {
 pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
     match command {
         QuotaCommand::Get { target, descriptor } => {
-            let mut client = QuotaClient::new(channel(&target).await?);
+            let mut client = reader(&target).await?;
             let state = client
                 .get_quota(pb::GetQuotaRequest {
                     domain: descriptor.domain.clone(),
@@ -81,7 +105,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             prefix,
             limit,
         } => {
-            let mut client = QuotaClient::new(channel(&target).await?);
+            let mut client = reader(&target).await?;
             let resp = client
                 .list_quotas(pb::ListQuotasRequest {
                     domain,
@@ -155,7 +179,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             descriptor,
             interval,
         } => {
-            let mut client = QuotaClient::new(channel(&target).await?);
+            let mut client = reader(&target).await?;
             let mut stream = client
                 .watch_quota(pb::WatchQuotaRequest {
                     domain: descriptor.domain.clone(),
@@ -178,7 +202,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
 
 /// `sluice rules`.
 pub async fn rules(target: Target) -> anyhow::Result<()> {
-    let mut client = QuotaClient::new(channel(&target).await?);
+    let mut client = reader(&target).await?;
     let resp = client
         .list_rules(pb::ListRulesRequest {})
         .await

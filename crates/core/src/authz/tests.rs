@@ -233,3 +233,46 @@ fn api_keys_are_normalised_and_their_sources_ordered() {
         "blank is absent"
     );
 }
+
+/// An API key used as the value itself (no map) is kept only as a digest: it never shows in
+/// bucket keys, the Quota API or Redis. Spellings of one key still share it.
+#[test]
+fn raw_api_keys_are_kept_as_digests() {
+    let config = r#"
+domains:
+  - domain: edge
+    descriptors:
+      - key: key
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: token
+        rate_limit: {unit: second, requests_per_unit: 5}
+authz:
+  domain: edge
+  descriptors:
+    - [{key: key, from: {api_key: {}}}]
+    - [{key: key, from: {api_key: {}}, hash: false}]
+    - [{key: token, from: {header: x-token}, hash: true}]
+"#;
+    let plan = plan(config);
+    let mut req = Req::default();
+    req.headers.insert("x-api-key".into(), "s3cr3t-key".into());
+    req.headers.insert("x-token".into(), "t0ken".into());
+    let got: Vec<_> = plan.descriptors(&req).iter().map(pairs).collect();
+    assert_eq!(got[0][0].1, digest("s3cr3t-key"));
+    assert!(got[0][0].1.starts_with("sha256:") && got[0][0].1.len() == 39);
+    assert_eq!(got[1][0].1, "s3cr3t-key", "hash: false keeps it");
+    assert_eq!(got[2][0].1, digest("t0ken"), "hash: true on any source");
+    let mut bearer = Req::default();
+    bearer
+        .headers
+        .insert("authorization".into(), "bearer s3cr3t-key".into());
+    assert_eq!(
+        pairs(&plan.descriptors(&bearer)[0])[0].1,
+        digest("s3cr3t-key")
+    );
+    // Part of store keys shared by sidecars of different versions: the format is fixed.
+    assert_eq!(
+        digest("s3cr3t-key"),
+        "sha256:99ab9660c4e55f77fd420904b4618043"
+    );
+}

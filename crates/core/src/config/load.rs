@@ -42,6 +42,8 @@ pub struct Config {
     pub shadow_mode: bool,
     /// The `ResetQuota` bearer token, when resets are allowed.
     pub reset_token: Option<ResetToken>,
+    /// The bearer token the Quota read API needs, if any.
+    pub read_token: Option<ResetToken>,
     /// TLS material for the gRPC port, read at load time.
     pub tls: Option<TlsMaterial>,
     /// Every file read, in order (config, includes, map files): what a reload watches.
@@ -164,9 +166,15 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
         .as_ref()
         .map(|a| AuthzPlan::compile(&config_path, a, &maps, &rules))
         .transpose()?;
-    let reset_token = match &file.admin {
-        Some(admin) => secrets::reset_token(source, at(admin.referenced.line()), &admin.value)?,
-        None => None,
+    let (reset_token, read_token) = match &file.admin {
+        Some(admin) => {
+            let at = at(admin.referenced.line());
+            (
+                secrets::reset_token(source, at, &admin.value)?,
+                secrets::read_token(source, at, &admin.value)?,
+            )
+        }
+        None => (None, None),
     };
     let tls = file
         .tls
@@ -179,6 +187,7 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
         redis,
         shadow_mode: file.shadow_mode,
         reset_token,
+        read_token,
         tls,
         redis_at: (config_path.clone(), redis_line),
     };
@@ -283,6 +292,7 @@ struct Settings {
     redis: Option<RedisSettings>,
     shadow_mode: bool,
     reset_token: Option<ResetToken>,
+    read_token: Option<ResetToken>,
     tls: Option<TlsMaterial>,
     redis_at: (PathBuf, u64),
 }
@@ -383,6 +393,7 @@ impl<'s> Reader<'s> {
             redis: settings.redis,
             shadow_mode: settings.shadow_mode,
             reset_token: settings.reset_token,
+            read_token: settings.read_token,
             tls: settings.tls,
             files: self.files,
             version: format!("{:016x}", self.hash),

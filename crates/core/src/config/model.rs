@@ -69,6 +69,12 @@ pub struct AdminConfig {
     pub reset_token_env: Option<String>,
     /// A file holding the reset token (e.g. a mounted Kubernetes Secret).
     pub reset_token_file: Option<String>,
+    /// An environment variable holding the read token: when set (or `read_token_file`), the
+    /// Quota read API (`GetQuota`, `ListQuotas`, `WatchQuota`, `ListRules`) and admin `/config`
+    /// and `/quota` need `authorization: Bearer <read token>` (the reset token works too).
+    pub read_token_env: Option<String>,
+    /// A file holding the read token.
+    pub read_token_file: Option<String>,
 }
 
 /// `redis:`: where global buckets live.
@@ -283,6 +289,10 @@ pub struct AuthzEntryConfig {
     pub from: Source,
     /// Translate the value through this named map.
     pub map: Option<Spanned<String>>,
+    /// Keep the value only as a digest (`sha256:<32 hex digits>`) in bucket keys, the Quota API
+    /// and Redis, so that secrets never show there. Default: on for an `api_key` without a
+    /// `map` (the key itself would be the value), off otherwise.
+    pub hash: Option<bool>,
 }
 
 /// Where an authz entry's value comes from.

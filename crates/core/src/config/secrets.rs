@@ -106,32 +106,66 @@ pub(crate) fn reset_token(
     at: At<'_>,
     admin: &AdminConfig,
 ) -> Result<Option<ResetToken>, ConfigError> {
-    let bad = |m: String| Err(at.error(format!("admin: {m}")));
     if !admin.allow_reset {
         return Ok(None);
     }
-    let token = match (&admin.reset_token_env, &admin.reset_token_file) {
+    let (env, file) = (&admin.reset_token_env, &admin.reset_token_file);
+    if env.is_none() && file.is_none() {
+        return Err(at.error(
+            "admin: allow_reset needs exactly one of reset_token_env or reset_token_file".into(),
+        ));
+    }
+    token(source, at, "reset_token", env, file)
+}
+
+/// The read token, if `admin.read_token_env` or `read_token_file` names one.
+pub(crate) fn read_token(
+    source: &dyn Source,
+    at: At<'_>,
+    admin: &AdminConfig,
+) -> Result<Option<ResetToken>, ConfigError> {
+    token(
+        source,
+        at,
+        "read_token",
+        &admin.read_token_env,
+        &admin.read_token_file,
+    )
+}
+
+/// A bearer token `<what>_env` / `<what>_file` names: exactly one of them, at least 16
+/// characters; `None` if neither is set.
+fn token(
+    source: &dyn Source,
+    at: At<'_>,
+    what: &str,
+    env: &Option<String>,
+    file: &Option<String>,
+) -> Result<Option<ResetToken>, ConfigError> {
+    let bad = |m: String| Err(at.error(format!("admin: {m}")));
+    let token = match (env, file) {
+        (None, None) => return Ok(None),
         (Some(var), None) => match source.env(var) {
             Some(t) => t,
-            None => return bad(format!("reset_token_env names {var}, which is not set")),
+            None => return bad(format!("{what}_env names {var}, which is not set")),
         },
         (None, Some(file)) => match source.read_text(&at.base.join(file)) {
             Ok(t) => t,
-            Err(e) => return bad(format!("reset_token_file {file}: {e}")),
+            Err(e) => return bad(format!("{what}_file {file}: {e}")),
         },
-        _ => {
-            return bad(
-                "allow_reset needs exactly one of reset_token_env or reset_token_file".into(),
-            );
+        (Some(_), Some(_)) => {
+            return bad(format!("give one of {what}_env or {what}_file, not both"));
         }
     };
     let token = token.trim();
     if token.len() < 16 {
-        return bad("the reset token must be at least 16 characters".into());
+        return bad(format!(
+            "the {} must be at least 16 characters",
+            what.replace('_', " ")
+        ));
     }
     Ok(Some(ResetToken(token.to_string())))
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
