@@ -1,0 +1,148 @@
+//! `ShouldRateLimit` requests as a hostile caller shapes them (keys the rules know and others, any
+//! values, hits from 0 to `u64::MAX`, limit overrides, any units), through the server's validation
+//! and a real engine on the bounded embedded store: `INVALID_ARGUMENT` or a decision, never a
+//! panic; an allowed request's outcomes all say OK; a cost above a burst is denied as such.
+#![no_main]
+
+use std::sync::{Arc, LazyLock};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use sluice_core::ManualClock;
+use sluice_engine::{
+    Code, Denial, Engine, EngineMetrics, EngineSettings, MemoryStore, RateLimitRequest,
+};
+use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
+use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::{Entry, RateLimitOverride};
+use sluice_proto::envoy::protobuf::UInt64Value;
+use sluice_proto::envoy::ratelimit::RateLimitRequest as Envoy;
+
+struct World {
+    runtime: tokio::runtime::Runtime,
+    clock: ManualClock,
+    engine: Engine,
+}
+
+static WORLD: LazyLock<World> = LazyLock::new(|| {
+    let rules = sluice_core::parse_config(
+        r#"
+limit_overrides: any
+domains:
+  - domain: d
+    descriptors:
+      - key: a
+        rate_limit: {unit: second, requests_per_unit: 10, burst: 5}
+      - key: l
+        rate_limit: {unit: minute, requests_per_unit: 3, mode: local}
+      - key: x
+        rate_limit: {unit: second, requests_per_unit: 0, burst: 2, mode: exact}
+      - key: s
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+    )
+    .expect("fuzz rules")
+    .rules;
+    let clock = ManualClock::at(1);
+    let settings = EngineSettings {
+        max_keys: 64,
+        ..EngineSettings::default()
+    };
+    World {
+        runtime: tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime"),
+        engine: Engine::new(
+            rules,
+            MemoryStore::with_max_keys(clock.clone(), 64),
+            Arc::new(clock.clone()),
+            settings,
+            EngineMetrics::unregistered(),
+        ),
+        clock,
+    }
+});
+
+#[derive(Debug, Arbitrary)]
+struct Descriptor {
+    /// 0..5: a rule key (a, l, x, s) or none; else `key` itself.
+    key: u8,
+    raw_key: String,
+    value: String,
+    more: Vec<(String, String)>,
+    hits: Option<u64>,
+    over: Option<(u32, i32)>,
+}
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    unknown_domain: bool,
+    hits_addend: u32,
+    step_ms: u16,
+    descriptors: Vec<Descriptor>,
+}
+
+fn request(input: &Input) -> Envoy {
+    Envoy {
+        domain: if input.unknown_domain { "zz" } else { "d" }.into(),
+        descriptors: input
+            .descriptors
+            .iter()
+            .map(|d| {
+                let key = match d.key % 6 {
+                    0 => "a",
+                    1 => "l",
+                    2 => "x",
+                    3 => "s",
+                    4 => "o",
+                    _ => d.raw_key.as_str(),
+                };
+                let mut entries = vec![Entry {
+                    key: key.into(),
+                    value: d.value.clone(),
+                }];
+                entries.extend(d.more.iter().map(|(k, v)| Entry {
+                    key: k.clone(),
+                    value: v.clone(),
+                }));
+                RateLimitDescriptor {
+                    entries,
+                    limit: d.over.map(|(requests_per_unit, unit)| RateLimitOverride {
+                        requests_per_unit,
+                        unit,
+                    }),
+                    hits_addend: d.hits.map(|value| UInt64Value { value }),
+                    ..RateLimitDescriptor::default()
+                }
+            })
+            .collect(),
+        hits_addend: input.hits_addend,
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let req = request(&input);
+    let w = &*WORLD;
+    w.clock.advance_micros(u64::from(input.step_ms) * 1_000);
+    let Ok(descriptors) = sluice_server::validate::domain(&req.domain)
+        .and_then(|()| sluice_server::validate::descriptors(&req.descriptors))
+    else {
+        return;
+    };
+    let decision = w.runtime.block_on(w.engine.decide(&RateLimitRequest {
+        domain: &req.domain,
+        descriptors: &descriptors,
+        hits_addend: u64::from(req.hits_addend),
+    }));
+    assert_eq!(decision.outcomes.len(), descriptors.len());
+    if decision.overall == Code::Ok {
+        assert!(decision.outcomes.iter().all(|o| o.code == Code::Ok));
+    }
+    for o in &decision.outcomes {
+        if o.denial == Some(Denial::CostAboveBurst) {
+            assert!(o.retry_after.is_none());
+            assert!(decision.overall == Code::OverLimit || o.limit.is_some_and(|l| l.shadow));
+        }
+    }
+    let _ = sluice_server::rls::to_response(&decision);
+});

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fuzzes every cargo-fuzz target in fuzz/ for SECONDS each (default 20), starting from the
+# committed corpus (copied, so the run does not change it). Fails on any crash, with the input
+# saved under fuzz/artifacts/<target>/. Used by scripts/test.sh (bounded) and
+# loadtest/fuzz-long.sh (long runs). Installs cargo-fuzz if it is missing.
+#
+# cargo-fuzz wants a nightly compiler for its sanitizer flags. With `-s none` (no sanitizer:
+# Rust code is memory safe, and what we look for are panics, overflows and hangs) the only
+# unstable flags left are accepted by the pinned stable compiler under RUSTC_BOOTSTRAP=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-20}
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  cargo install --locked --quiet cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+export RUSTC_BOOTSTRAP=1
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+(cd fuzz && cargo fuzz build -s none -O)
+for target in $(cd fuzz && cargo fuzz list); do
+  work=$(mktemp -d)
+  cp -r "fuzz/corpus/$target/." "$work/" 2>/dev/null || true
+  echo "fuzz: $target for ${SECONDS_EACH}s"
+  (cd fuzz && cargo fuzz run -s none -O "$target" "$work" -- \
+    -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 |
+    grep -E '^(Done|stat::number_of_executed_units|==|thread|SUMMARY)|panicked|crash-' || true)
+  rm -rf "$work"
+  if ls "fuzz/artifacts/$target"/crash-* "fuzz/artifacts/$target"/timeout-* "fuzz/artifacts/$target"/oom-* >/dev/null 2>&1; then
+    echo "fuzz: $target found a failing input: fuzz/artifacts/$target/" >&2
+    exit 1
+  fi
+done
