@@ -17,4 +17,4 @@ run --sidecars 4 --limit 1000 --offered 4000 --seconds 30
 run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --cluster
 run --sidecars 4 --limit 100 --offered 4000 --seconds 30 --keys 10000
 run --sidecars 4 --limit 100000 --offered 4000 --seconds 20
-run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --kill-redis-at 10 --restore-redis-at 20
+run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --fault pause --fault-at 10 --fault-until 20

@@ -45,15 +45,45 @@ struct Args {
     /// Run against a 3-master Redis Cluster instead of a standalone Redis.
     #[arg(long)]
     cluster: bool,
-    /// Stop Redis (docker pause) this many seconds into the run (P7).
-    #[arg(long)]
-    kill_redis_at: Option<u64>,
-    /// Resume Redis this many seconds into the run (P7).
-    #[arg(long)]
-    restore_redis_at: Option<u64>,
+    /// A fault between sluice and a standalone Redis, from `--fault-at` to `--fault-until`.
+    #[arg(long, value_enum)]
+    fault: Option<Fault>,
+    /// Seconds into the run the fault starts.
+    #[arg(long, default_value_t = 10)]
+    fault_at: u64,
+    /// Seconds into the run the fault ends (Redis healthy again).
+    #[arg(long, default_value_t = 20)]
+    fault_until: u64,
     /// Sharing mode of the rule.
     #[arg(long, default_value = "strict")]
     mode: String,
+}
+
+/// Faults the harness injects (P7 and the hardening issue's real faults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Fault {
+    /// `docker pause`: Redis stops answering, connections stay open.
+    Pause,
+    /// Redis stopped and started again: connections drop, data and scripts are gone.
+    Restart,
+    /// 50 ms added each way (Toxiproxy), above the 20 ms store timeout.
+    Latency,
+    /// Every connection reset as soon as data flows (Toxiproxy `reset_peer`).
+    Reset,
+    /// Data stops flowing, connections stay open (Toxiproxy `timeout` 0).
+    Stall,
+}
+
+impl Fault {
+    /// The Toxiproxy toxic and its attributes, for network faults.
+    fn toxic(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Fault::Latency => Some(("latency", r#"{"latency":50,"jitter":0}"#)),
+            Fault::Reset => Some(("reset_peer", r#"{"timeout":0}"#)),
+            Fault::Stall => Some(("timeout", r#"{"timeout":0}"#)),
+            Fault::Pause | Fault::Restart => None,
+        }
+    }
 }
 
 #[tokio::main]
@@ -71,7 +101,24 @@ async fn main() -> anyhow::Result<()> {
     } else {
         (Some(Standalone::start().await), None)
     };
+    if args.fault.is_some() && args.cluster {
+        bail!("--fault works on a standalone Redis");
+    }
+    // Network faults go through Toxiproxy in front of Redis; the sidecars connect to the proxy.
+    let toxiproxy = match (args.fault.and_then(Fault::toxic), &standalone) {
+        (Some(_), Some(s)) => {
+            let t = sluice_testkit::toxiproxy::Toxiproxy::start();
+            let listen = sluice_testkit::process::free_port();
+            t.proxy("redis", listen, s.port);
+            Some((t, listen))
+        }
+        _ => None,
+    };
     let redis_section = match (&standalone, &cluster) {
+        (Some(_), _) if toxiproxy.is_some() => format!(
+            "redis: {{url: \"redis://127.0.0.1:{}\"}}",
+            toxiproxy.as_ref().map_or(0, |t| t.1)
+        ),
         (Some(s), _) => format!("redis: {{url: \"{}\"}}", s.url()),
         (_, Some(c)) => format!(
             "redis: {{cluster_nodes: [{}]}}",
@@ -131,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // Cumulative admitted (all keys) sampled every 100 ms, for the never-over check.
     let mut worst_excess = f64::MIN;
+    let mut samples_over = 0u32;
     let mut fault_at = None;
     let mut enforcement_back: Option<Duration> = None;
     while Instant::now() < until {
@@ -138,20 +186,34 @@ async fn main() -> anyhow::Result<()> {
         let t = start.elapsed().as_secs_f64();
         if args.keys == 1 {
             let ideal = burst as f64 + args.limit as f64 * t;
-            worst_excess = worst_excess.max(tally.total_admitted() as f64 - ideal);
+            let excess = tally.total_admitted() as f64 - ideal;
+            worst_excess = worst_excess.max(excess);
+            samples_over += u32::from(excess > 0.0);
         }
-        if let (Some(kill), Some(s)) = (args.kill_redis_at, &standalone)
-            && fault_at.is_none()
-            && t >= kill as f64
-        {
-            s.container.pause().await.context("pause Redis")?;
+        let (Some(fault), Some(s)) = (args.fault, &standalone) else {
+            continue;
+        };
+        if fault_at.is_none() && t >= args.fault_at as f64 {
+            match (fault, &toxiproxy) {
+                (Fault::Pause, _) => s.container.pause().await.context("pause Redis")?,
+                (Fault::Restart, _) => s.container.stop().await.context("stop Redis")?,
+                (f, Some((proxy, _))) => {
+                    let (toxic, attributes) = f.toxic().unwrap_or_default();
+                    proxy.add("redis", toxic, attributes);
+                }
+                (_, None) => unreachable!("network faults have a proxy"),
+            }
             fault_at = Some(Instant::now());
         }
-        if let (Some(restore), Some(s), Some(_)) = (args.restore_redis_at, &standalone, fault_at)
-            && t >= restore as f64
-            && enforcement_back.is_none()
-        {
-            s.container.unpause().await.context("unpause Redis")?;
+        if fault_at.is_some() && enforcement_back.is_none() && t >= args.fault_until as f64 {
+            match (fault, &toxiproxy) {
+                (Fault::Pause, _) => s.container.unpause().await.context("unpause Redis")?,
+                (Fault::Restart, _) => s.container.start().await.context("start Redis")?,
+                (f, Some((proxy, _))) => {
+                    proxy.remove("redis", f.toxic().map_or("", |t| t.0));
+                }
+                (_, None) => unreachable!("network faults have a proxy"),
+            }
             let restored = Instant::now();
             loop {
                 let all = sidecars.iter().all(|s| {
@@ -180,7 +242,7 @@ async fn main() -> anyhow::Result<()> {
         elapsed,
         &keys,
         &tally,
-        worst_excess,
+        (worst_excess, samples_over),
         calls,
         fault_at.map(|_| ()),
         enforcement_back,
@@ -219,7 +281,7 @@ fn report(
     elapsed: f64,
     keys: &KeyPicker,
     tally: &Tally,
-    worst_excess: f64,
+    (worst_excess, samples_over): (f64, u32),
     calls: u64,
     fault: Option<()>,
     enforcement_back: Option<Duration>,
@@ -248,10 +310,10 @@ fn report(
         v.get(at).map_or(0.0, |m| *m as f64 / 1000.0)
     };
     let (mut normal, mut outage): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
-    let (kill, restore) = (
-        args.kill_redis_at.unwrap_or(u64::MAX) * 1000,
-        args.restore_redis_at.unwrap_or(u64::MAX) * 1000,
-    );
+    let (kill, restore) = match args.fault {
+        Some(_) => (args.fault_at * 1000, args.fault_until * 1000),
+        None => (u64::MAX, u64::MAX),
+    };
     for (at, micros) in lat.drain(..) {
         if at >= kill && at < restore {
             outage.push(micros)
@@ -274,7 +336,10 @@ fn report(
         ideal,
         100.0 * admitted as f64 / ideal.max(1.0),
         if args.keys == 1 {
-            format!(" (worst cumulative excess {worst_excess:.0})")
+            format!(
+                " (worst cumulative excess {worst_excess:.0}; over the bound for {:.1}s)",
+                f64::from(samples_over) / 10.0
+            )
         } else {
             String::new()
         },
@@ -283,7 +348,9 @@ fn report(
         p99(&mut normal),
         match (fault, enforcement_back) {
             (Some(()), Some(back)) => format!(
-                ", p99 during outage {:.2} ms, enforcement back {:.2}s after Redis",
+                ", fault {}: p99 during it {:.2} ms, enforcement back {:.2}s after Redis",
+                args.fault
+                    .map_or(String::new(), |f| format!("{f:?}").to_lowercase()),
                 p99(&mut outage),
                 back.as_secs_f64()
             ),

@@ -210,13 +210,19 @@ impl RedisStore {
         let Some(conn) = self.conn.load_full() else {
             return Err(StoreError::Unavailable("not connected".into()));
         };
+        let mut trips = true;
         let result = match tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(&e)),
+            Ok(Err(e)) => {
+                trips = trips_breaker(&e);
+                Err(classify(&e))
+            }
             Err(_) => Err(StoreError::Timeout),
         };
         match &result {
             Ok(_) => self.breaker.success(),
+            // Redis answered: it is up, only this call failed.
+            Err(_) if !trips => {}
             Err(e) => {
                 if self.breaker.failure() {
                     self.metrics.breaker_opens.inc();
@@ -276,6 +282,7 @@ impl GlobalStore for RedisStore {
 /// `Unavailable`, so rules fall back and the breaker can open; anything else is a protocol error.
 fn classify(e: &RedisError) -> StoreError {
     const TRANSIENT: &[&str] = &[
+        "NOSCRIPT",
         "CLUSTERDOWN",
         "TRYAGAIN",
         "MASTERDOWN",
@@ -296,6 +303,13 @@ fn classify(e: &RedisError) -> StoreError {
     } else {
         StoreError::Protocol(safe(e))
     }
+}
+
+/// Whether an error says Redis may be down (and counts toward opening the breaker). A script that
+/// Redis no longer knows (NOSCRIPT: restarted or failed over, and the reload raced) is an answer
+/// from a Redis that is up: the next call loads the script again.
+fn trips_breaker(e: &RedisError) -> bool {
+    e.code() != Some("NOSCRIPT")
 }
 
 /// An error's text without anything that could carry credentials.
@@ -360,5 +374,24 @@ async fn heartbeat_loop(store: Weak<RedisStore>) {
             return;
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, ServerErrorKind};
+
+    #[test]
+    fn noscript_is_transient_and_never_opens_the_breaker() {
+        let noscript = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoScript),
+            "NOSCRIPT",
+            "No matching script".to_string(),
+        ));
+        assert!(!trips_breaker(&noscript), "{noscript:?}");
+        assert!(matches!(classify(&noscript), StoreError::Unavailable(_)));
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(trips_breaker(&io));
     }
 }

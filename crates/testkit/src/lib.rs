@@ -4,7 +4,9 @@
 //! - [`redis`]: a standalone Redis and a 3-master Redis Cluster in containers (testcontainers).
 //! - [`pki`]: a throwaway CA with server and client certificates for TLS tests.
 //! - [`process`]: the `sluice` binary and a real Envoy as child processes, and an HTTP/1.1 client.
+//! - [`toxiproxy`]: a Toxiproxy server for network faults between sluice and Redis.
 
 pub mod pki;
 pub mod process;
 pub mod redis;
+pub mod toxiproxy;

@@ -235,15 +235,33 @@ pub struct HttpResponse {
 
 /// `GET path` on 127.0.0.1:`port` with extra headers, HTTP/1.1, one connection per request.
 pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    http_send(port, "GET", path, headers, "")
+}
+
+/// `method path` with a body (sent with its length when not empty) on 127.0.0.1:`port`.
+pub fn http_send(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
     req.push_str("\r\n");
+    req.push_str(body);
     stream.write_all(req.as_bytes()).expect("write");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read");
