@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release -p sluice-loadtest --bin accuracy -- --help`
 
+mod cluster_faults;
 mod drive;
 
 use std::sync::Arc;
@@ -45,6 +46,9 @@ struct Args {
     /// Run against a 3-master Redis Cluster instead of a standalone Redis.
     #[arg(long)]
     cluster: bool,
+    /// Replicas per cluster master (failover needs 1).
+    #[arg(long, default_value_t = 0)]
+    replicas: u16,
     /// A fault between sluice and a standalone Redis, from `--fault-at` to `--fault-until`.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
@@ -72,6 +76,10 @@ enum Fault {
     Reset,
     /// Data stops flowing, connections stay open (Toxiproxy `timeout` 0).
     Stall,
+    /// Cluster: the master serving the hot key dies; its replica takes over (`--replicas 1`).
+    Failover,
+    /// Cluster: the hot key's slot migrates to another master, and back at `--fault-until`.
+    Reshard,
 }
 
 impl Fault {
@@ -81,7 +89,7 @@ impl Fault {
             Fault::Latency => Some(("latency", r#"{"latency":50,"jitter":0}"#)),
             Fault::Reset => Some(("reset_peer", r#"{"timeout":0}"#)),
             Fault::Stall => Some(("timeout", r#"{"timeout":0}"#)),
-            Fault::Pause | Fault::Restart => None,
+            _ => None,
         }
     }
 }
@@ -97,12 +105,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let burst = args.burst.unwrap_or(args.limit);
     let (standalone, cluster) = if args.cluster {
-        (None, Some(Cluster::start().await))
+        (None, Some(Cluster::start_with(args.replicas).await))
     } else {
         (Some(Standalone::start().await), None)
     };
-    if args.fault.is_some() && args.cluster {
-        bail!("--fault works on a standalone Redis");
+    let cluster_fault = matches!(args.fault, Some(Fault::Failover | Fault::Reshard));
+    if args.fault.is_some() && args.cluster != cluster_fault {
+        bail!("failover and reshard need --cluster; the other faults a standalone Redis");
+    }
+    if args.fault == Some(Fault::Failover) && args.replicas == 0 {
+        bail!("failover needs --replicas 1");
     }
     // Network faults go through Toxiproxy in front of Redis; the sidecars connect to the proxy.
     let toxiproxy = match (args.fault.and_then(Fault::toxic), &standalone) {
@@ -150,9 +162,9 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let redis_ports: Vec<u16> = match (&standalone, &cluster) {
+    let mut redis_ports: Vec<u16> = match (&standalone, &cluster) {
         (Some(s), _) => vec![s.port],
-        (_, Some(c)) => c.ports.to_vec(),
+        (_, Some(c)) => c.ports.clone(),
         _ => Vec::new(),
     };
     let calls_before = script_calls(&redis_ports).await?;
@@ -181,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
     let mut samples_over = 0u32;
     let mut fault_at = None;
     let mut enforcement_back: Option<Duration> = None;
+    let (mut moved_back, mut degraded_samples) = (false, 0u32);
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let t = start.elapsed().as_secs_f64();
@@ -189,6 +202,33 @@ async fn main() -> anyhow::Result<()> {
             let excess = tally.total_admitted() as f64 - ideal;
             worst_excess = worst_excess.max(excess);
             samples_over += u32::from(excess > 0.0);
+        }
+        if let (Some(fault), Some(c)) = (args.fault, &cluster) {
+            if fault_at.is_none() && t >= args.fault_at as f64 {
+                match fault {
+                    Fault::Failover => {
+                        let dead = cluster_faults::fail_master(&c.ports).await?;
+                        redis_ports.retain(|&p| p != dead);
+                    }
+                    _ => cluster_faults::move_hot_slot(&c.ports).await?,
+                }
+                fault_at = Some(Instant::now());
+            }
+            if fault == Fault::Reshard && !moved_back && t >= args.fault_until as f64 {
+                cluster_faults::move_hot_slot(&c.ports).await?;
+                moved_back = true;
+            }
+            // How long any sidecar fell back on its rule's fallback (sampled every 100 ms).
+            if fault_at.is_some()
+                && sidecars.iter().any(|s| {
+                    http_get(s.admin.port(), "/readyz", &[])
+                        .body
+                        .contains("degraded: true")
+                })
+            {
+                degraded_samples += 1;
+            }
+            continue;
         }
         let (Some(fault), Some(s)) = (args.fault, &standalone) else {
             continue;
@@ -246,6 +286,7 @@ async fn main() -> anyhow::Result<()> {
         calls,
         fault_at.map(|_| ()),
         enforcement_back,
+        cluster.as_ref().map(|_| f64::from(degraded_samples) / 10.0),
     );
     Ok(())
 }
@@ -255,7 +296,10 @@ async fn script_calls(ports: &[u16]) -> anyhow::Result<u64> {
     let mut total = 0;
     for port in ports {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-        let mut c = client.get_multiplexed_async_connection().await?;
+        // A node killed by a failover fault is gone: its calls are not counted.
+        let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut c)
@@ -285,6 +329,7 @@ fn report(
     calls: u64,
     fault: Option<()>,
     enforcement_back: Option<Duration>,
+    degraded_secs: Option<f64>,
 ) {
     let sent: u64 = tally.sent.iter().map(|s| s.load(Ordering::Relaxed)).sum();
     let admitted = tally.total_admitted();
@@ -354,7 +399,15 @@ fn report(
                 p99(&mut outage),
                 back.as_secs_f64()
             ),
-            (Some(()), None) => format!(", p99 during outage {:.2} ms", p99(&mut outage)),
+            (Some(()), None) => format!(
+                ", fault {}: p99 during it {:.2} ms{}",
+                args.fault
+                    .map_or(String::new(), |f| format!("{f:?}").to_lowercase()),
+                p99(&mut outage),
+                degraded_secs.map_or(String::new(), |d| format!(
+                    ", some sidecar on its fallback for {d:.1}s"
+                ))
+            ),
             _ => String::new(),
         }
     );

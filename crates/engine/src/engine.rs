@@ -108,8 +108,12 @@ impl Engine {
         });
         self.leaser.return_later(evicted);
         let mut may_retry = true;
+        // The whole decision waits for the store at most its timeout, leasing again included.
+        let deadline = self.leaser.deadline();
         let overall = loop {
-            self.leaser.ensure(&mut plan, req.descriptors, now).await;
+            self.leaser
+                .ensure(&mut plan, req.descriptors, now, deadline)
+                .await;
             match self.settle(&plan, req, &mut outcomes, now, may_retry) {
                 Some(code) => break code,
                 // A concurrent request spent the leased tokens this one saw: lease again, once.

@@ -91,8 +91,16 @@ impl Leaser {
 
     /// Asks the store for tokens where a lease cannot cover a charge (strict, exact), and reads
     /// the global bucket for peeks on keys never read; records each charge's store status. A
-    /// request that some bucket can never pay makes no store call at all.
-    pub(crate) async fn ensure(&self, plan: &mut Plan, descriptors: &[Descriptor], now: u64) {
+    /// request that some bucket can never pay makes no store call at all. Waiting (for another
+    /// request's call on the same key, and for its own) ends at `deadline`: the charge is then
+    /// decided by its fallback, so a decision never waits longer than the store's timeout.
+    pub(crate) async fn ensure(
+        &self,
+        plan: &mut Plan,
+        descriptors: &[Descriptor],
+        now: u64,
+        deadline: Option<tokio::time::Instant>,
+    ) {
         if plan.hopeless() {
             return;
         }
@@ -105,28 +113,42 @@ impl Leaser {
                 continue;
             }
             // Single flight: one store call per key at a time; the others wait for its result
-            // (bounded by the store's timeout) and then spend from the lease it brought.
-            let _flight = self.flight(&bucket).lock().await;
+            // (until the deadline) and then spend from the lease it brought.
+            let Some(_flight) = until(deadline, self.flight(&bucket).lock()).await else {
+                charge.store = down(charge);
+                continue;
+            };
             if self.covered(&bucket, charge.info.mode, charge.hits, now) {
                 continue;
             }
             let store_key =
                 key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
-            let failed = if charge.hits == 0 {
-                self.peek(&bucket, &store_key).await
-            } else {
-                self.lease_for(charge, &store_key, now).await
+            let call = async {
+                if charge.hits == 0 {
+                    self.peek(&bucket, &store_key).await
+                } else {
+                    self.lease_for(charge, &store_key, now).await
+                }
             };
+            // A call cut off here may still take tokens in the store: they are lost for a while
+            // (stricter, never looser), as after any store timeout.
+            let failed = until(deadline, call)
+                .await
+                .unwrap_or(Some(StoreError::Timeout));
             if let Some(e) = failed {
                 charge.store = match e {
                     StoreError::Full => StoreStatus::NoRoom,
-                    _ => StoreStatus::Down {
-                        fallback: charge.info.fallback,
-                        instances: 1,
-                    },
+                    _ => down(charge),
                 };
             }
         }
+    }
+
+    /// When a decision on this store must be made by, if it began now.
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.store
+            .decision_timeout()
+            .map(|t| tokio::time::Instant::now() + t)
     }
 
     /// Whether no store call is needed: the lease covers `hits`, a starved key waits for
@@ -314,6 +336,25 @@ impl Leaser {
         };
         self.metrics
             .observe_store_call(op, outcome, started.elapsed().as_secs_f64());
+    }
+}
+
+/// `f`'s output, or `None` if `deadline` passes first.
+async fn until<T>(
+    deadline: Option<tokio::time::Instant>,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// The store status of a charge whose store call failed or ran out of time.
+fn down(charge: &Charge) -> StoreStatus {
+    StoreStatus::Down {
+        fallback: charge.info.fallback,
+        instances: 1,
     }
 }
 

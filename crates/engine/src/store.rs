@@ -69,6 +69,13 @@ pub trait GlobalStore: Send + Sync + 'static {
         1
     }
 
+    /// The longest a decision may wait for this store in all (queueing behind another call for
+    /// the same key, a call, a second lease), after which the rule's fallback decides; `None`:
+    /// no bound (the in-process store answers at once).
+    fn decision_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether calls are in-process and cheap (the memory store): a starved key may then ask
     /// again as soon as a token is due instead of waiting a lease horizon.
     fn is_in_process(&self) -> bool {

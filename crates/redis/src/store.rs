@@ -264,6 +264,10 @@ impl GlobalStore for RedisStore {
         !self.breaker.is_closed()
     }
 
+    fn decision_timeout(&self) -> Option<Duration> {
+        Some(self.settings.timeout.0)
+    }
+
     fn live_instances(&self) -> u64 {
         self.live.load(Ordering::Relaxed).max(1)
     }

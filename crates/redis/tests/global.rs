@@ -83,7 +83,7 @@ async fn sidecars_share_one_limit_on_a_redis_cluster_and_keys_spread_over_nodes(
         );
     }
     let mut nodes_with_keys = 0;
-    for port in cluster.ports {
+    for &port in &cluster.ports {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("client");
         let mut c = client
             .get_multiplexed_async_connection()

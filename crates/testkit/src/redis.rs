@@ -47,20 +47,26 @@ impl Standalone {
     }
 }
 
-/// A Redis Cluster of 3 masters: one host-network container running three redis-server processes,
-/// joined with `redis-cli --cluster create`.
+/// A Redis Cluster of 3 masters (and optionally a replica each): one host-network container
+/// running the redis-server processes, joined with `redis-cli --cluster create`.
 pub struct Cluster {
-    /// The container running all three nodes.
+    /// The container running all the nodes.
     pub container: ContainerAsync<GenericImage>,
-    /// The nodes' ports on 127.0.0.1.
-    pub ports: [u16; 3],
+    /// The nodes' ports on 127.0.0.1 (masters and replicas, as created).
+    pub ports: Vec<u16>,
 }
 
 impl Cluster {
-    /// Starts the nodes, creates the cluster and waits for `cluster_state:ok`.
+    /// Starts 3 masters, creates the cluster and waits for `cluster_state:ok`.
     pub async fn start() -> Self {
-        let base = free_cluster_base();
-        let ports = [base, base + 1, base + 2];
+        Self::start_with(0).await
+    }
+
+    /// Starts 3 masters with `replicas` replicas each (failover tests need 1).
+    pub async fn start_with(replicas: u16) -> Self {
+        let count = 3 * (1 + replicas);
+        let base = free_cluster_base(count);
+        let ports: Vec<u16> = (base..base + count).collect();
         let servers: String = ports
             .iter()
             .map(|p| {
@@ -74,7 +80,7 @@ impl Cluster {
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let script = format!(
             "{servers} sleep 0.5; \
-             redis-cli --cluster create {} --cluster-replicas 0 --cluster-yes > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}; \
+             redis-cli --cluster create {} --cluster-replicas {replicas} --cluster-yes > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}; \
              until redis-cli -p {} cluster info | grep -q cluster_state:ok; do sleep 0.1; done; \
              echo sluice-cluster-ready; exec sleep infinity",
             nodes.join(" "),
@@ -109,12 +115,12 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A base port P with P..P+2 and their cluster bus ports P+10000.. all free.
-fn free_cluster_base() -> u16 {
+/// A base port P with P..P+count and their cluster bus ports P+10000.. all free.
+fn free_cluster_base(count: u16) -> u16 {
     let seed = std::process::id() as u16;
     for i in 0..500u16 {
         let base = 20_000 + (seed.wrapping_mul(7).wrapping_add(i * 37)) % 15_000;
-        let all_free = (0..3).all(|k| {
+        let all_free = (0..count).all(|k| {
             TcpListener::bind(("127.0.0.1", base + k)).is_ok()
                 && TcpListener::bind(("127.0.0.1", base + k + 10_000)).is_ok()
         });

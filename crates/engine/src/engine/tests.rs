@@ -430,6 +430,8 @@ async fn fallbacks_apply_while_the_store_is_down() {
 /// itself is real), recording how many lease calls per key were in flight at once.
 struct SlowStore {
     inner: Arc<MemoryStore<ManualClock>>,
+    /// What it reports as its decision timeout (a remote store's bound on waiting).
+    timeout: Option<Duration>,
     in_flight: std::sync::Mutex<std::collections::HashMap<String, (usize, usize)>>,
     calls: std::sync::atomic::AtomicUsize,
 }
@@ -472,6 +474,9 @@ impl GlobalStore for SlowStore {
     fn name(&self) -> &'static str {
         "slow"
     }
+    fn decision_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,6 +484,7 @@ async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     let clock = ManualClock::at(1);
     let store = Arc::new(SlowStore {
         inner: MemoryStore::new(clock.clone()),
+        timeout: None,
         in_flight: Default::default(),
         calls: Default::default(),
     });
@@ -521,6 +527,7 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     let inner = MemoryStore::new(clock.clone());
     let store = Arc::new(SlowStore {
         inner: inner.clone(),
+        timeout: None,
         in_flight: Default::default(),
         calls: Default::default(),
     });
@@ -627,4 +634,39 @@ async fn operator_reads_are_bounded_and_counted() {
         counted, answered as u64,
         "every read of the store is counted"
     );
+}
+
+/// A decision never waits for the store longer than its timeout, however many requests queue
+/// behind one key's store call or lease again: past it, the rule's fallback decides.
+#[tokio::test(start_paused = true)]
+async fn no_decision_waits_longer_than_the_store_timeout() {
+    let clock = ManualClock::at(1);
+    let store = Arc::new(SlowStore {
+        inner: MemoryStore::new(clock.clone()),
+        timeout: Some(Duration::from_millis(30)),
+        in_flight: Default::default(),
+        calls: Default::default(),
+    });
+    let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let e = Arc::clone(&e);
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                let d = ask(&e, &[d(&[("ip", "queued")])]).await;
+                (started.elapsed(), d.outcomes[0])
+            })
+        })
+        .collect();
+    let (mut fell_back, mut waited_most) = (0, Duration::ZERO);
+    for t in tasks {
+        let (waited, outcome) = t.await.expect("task");
+        waited_most = waited_most.max(waited);
+        fell_back += usize::from(outcome.fallback);
+    }
+    assert!(
+        waited_most <= Duration::from_millis(31),
+        "waited {waited_most:?}"
+    );
+    assert!(fell_back > 0, "some queued long enough to use the fallback");
 }
