@@ -2,7 +2,8 @@
 # Fuzzes every cargo-fuzz target in fuzz/ for SECONDS each (default 20), starting from the
 # committed corpus (copied, so the run does not change it). Fails on any crash, with the input
 # saved under fuzz/artifacts/<target>/. Used by scripts/test.sh (bounded) and
-# loadtest/fuzz-long.sh (long runs). Installs cargo-fuzz if it is missing.
+# loadtest/fuzz-long.sh (long runs). TARGETS="a b" fuzzes only those targets. Installs cargo-fuzz
+# if it is missing.
 #
 # cargo-fuzz wants a nightly compiler for its sanitizer flags. With `-s none` (no sanitizer:
 # Rust code is memory safe, and what we look for are panics, overflows and hangs) the only
@@ -17,7 +18,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 (cd fuzz && cargo fuzz build -s none -O)
-for target in $(cd fuzz && cargo fuzz list); do
+for target in ${TARGETS:-$(cd fuzz && cargo fuzz list)}; do
   work=$(mktemp -d)
   cp -r "fuzz/corpus/$target/." "$work/" 2>/dev/null || true
   echo "fuzz: $target for ${SECONDS_EACH}s"

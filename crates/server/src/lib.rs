@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod authz;
 pub mod headers;
+pub mod incoming;
 pub mod limits;
 pub mod metrics;
 pub mod quota;

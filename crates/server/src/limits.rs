@@ -10,6 +10,10 @@ use std::time::Duration;
 /// Limits of the gRPC and admin ports.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// gRPC: connections open at once (more wait in the listen backlog).
+    pub max_connections: usize,
+    /// gRPC: TCP keepalive idle time on accepted connections.
+    pub tcp_keepalive: Duration,
     /// gRPC: concurrent HTTP/2 streams one connection may open (Envoy queues beyond it).
     pub max_concurrent_streams: u32,
     /// gRPC: longest a request handler may run before it is answered `DEADLINE_EXCEEDED`
@@ -35,6 +39,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
+            max_connections: 256,
+            tcp_keepalive: Duration::from_secs(60),
             max_concurrent_streams: 1_024,
             request_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),

@@ -9,6 +9,8 @@ use sluice_proto::sluice::v1::quota_client::QuotaClient;
 use sluice_proto::sluice::v1::{Entry, WatchQuotaRequest};
 use sluice_server::limits::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 
 fn small() -> Limits {
     Limits {
@@ -17,6 +19,7 @@ fn small() -> Limits {
         max_watchers: 5,
         max_watchers_per_connection: 3,
         max_concurrent_streams: 32,
+        max_connections: 2,
         ..Limits::default()
     }
 }
@@ -161,5 +164,44 @@ async fn grpc_bounds_concurrent_streams_per_connection() {
     }
     assert_eq!(conn.max_concurrent_send_streams(), 32);
     drop((client, conn));
+    server.stop().await.expect("clean stop");
+}
+
+/// Open gRPC connections are capped: beyond the cap a new client waits (in the listen backlog)
+/// until one closes, instead of every connection being served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_caps_open_connections() {
+    let server = TestServer::start_with_limits(CONFIG, small()).await;
+    let mut first = HealthClient::new(server.channel().await);
+    let mut second = HealthClient::new(server.channel().await);
+    for client in [&mut first, &mut second] {
+        client
+            .check(HealthCheckRequest::default())
+            .await
+            .expect("served");
+    }
+    let grpc = server.grpc;
+    let mut third = tokio::spawn(async move {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        HealthClient::new(channel)
+            .check(HealthCheckRequest::default())
+            .await
+    });
+    let waited = tokio::time::timeout(Duration::from_millis(700), &mut third).await;
+    assert!(waited.is_err(), "a third connection was served: {waited:?}");
+    drop(first);
+    let served = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("served once a place is free")
+        .expect("task");
+    served.expect("answered");
+    second
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("still served");
     server.stop().await.expect("clean stop");
 }
