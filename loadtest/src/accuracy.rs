@@ -168,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let calls_before = script_calls(&redis_ports).await?;
+    let fallbacks_before = fallback_decisions(&sidecars);
 
     let keys = KeyPicker::zipf(args.keys);
     let tally = Tally::new(keys.len());
@@ -193,10 +194,18 @@ async fn main() -> anyhow::Result<()> {
     let mut samples_over = 0u32;
     let mut fault_at = None;
     let mut enforcement_back: Option<Duration> = None;
-    let (mut moved_back, mut degraded_samples) = (false, 0u32);
+    let mut moved_back = false;
+    // Decisions answered by a rule's fallback (the store too slow, failing or unreachable), and
+    // how long they kept coming (100 ms samples in which the count grew).
+    let (mut fallbacks, mut fallback_samples) = (fallback_decisions(&sidecars), 0u32);
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let t = start.elapsed().as_secs_f64();
+        if fault_at.is_some() {
+            let now = fallback_decisions(&sidecars);
+            fallback_samples += u32::from(now > fallbacks);
+            fallbacks = now;
+        }
         if args.keys == 1 {
             let ideal = burst as f64 + args.limit as f64 * t;
             let excess = tally.total_admitted() as f64 - ideal;
@@ -217,16 +226,6 @@ async fn main() -> anyhow::Result<()> {
             if fault == Fault::Reshard && !moved_back && t >= args.fault_until as f64 {
                 cluster_faults::move_hot_slot(&c.ports).await?;
                 moved_back = true;
-            }
-            // How long any sidecar fell back on its rule's fallback (sampled every 100 ms).
-            if fault_at.is_some()
-                && sidecars.iter().any(|s| {
-                    http_get(s.admin.port(), "/readyz", &[])
-                        .body
-                        .contains("degraded: true")
-                })
-            {
-                degraded_samples += 1;
             }
             continue;
         }
@@ -286,9 +285,30 @@ async fn main() -> anyhow::Result<()> {
         calls,
         fault_at.map(|_| ()),
         enforcement_back,
-        cluster.as_ref().map(|_| f64::from(degraded_samples) / 10.0),
+        (
+            fallback_decisions(&sidecars).saturating_sub(fallbacks_before),
+            f64::from(fallback_samples) / 10.0,
+        ),
     );
     Ok(())
+}
+
+/// `sluice_decisions_total{outcome="fallback"}` summed over the sidecars.
+fn fallback_decisions(sidecars: &[Sluice]) -> u64 {
+    sidecars
+        .iter()
+        .flat_map(|s| {
+            http_get(s.admin.port(), "/metrics", &[])
+                .body
+                .lines()
+                .filter(|l| {
+                    l.starts_with("sluice_decisions_total{") && l.contains("outcome=\"fallback\"")
+                })
+                .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+                .map(|v| v as u64)
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// EVALSHA + EVAL calls served, summed over the nodes (`INFO commandstats`).
@@ -329,7 +349,7 @@ fn report(
     calls: u64,
     fault: Option<()>,
     enforcement_back: Option<Duration>,
-    degraded_secs: Option<f64>,
+    (fallbacks, fallback_secs): (u64, f64),
 ) {
     let sent: u64 = tally.sent.iter().map(|s| s.load(Ordering::Relaxed)).sum();
     let admitted = tally.total_admitted();
@@ -392,20 +412,14 @@ fn report(
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),
         match (fault, enforcement_back) {
-            (Some(()), Some(back)) => format!(
-                ", fault {}: p99 during it {:.2} ms, enforcement back {:.2}s after Redis",
+            (Some(()), back) => format!(
+                ", fault {}: p99 during it {:.2} ms, {fallbacks} decisions by fallback (over {fallback_secs:.1}s){}",
                 args.fault
                     .map_or(String::new(), |f| format!("{f:?}").to_lowercase()),
                 p99(&mut outage),
-                back.as_secs_f64()
-            ),
-            (Some(()), None) => format!(
-                ", fault {}: p99 during it {:.2} ms{}",
-                args.fault
-                    .map_or(String::new(), |f| format!("{f:?}").to_lowercase()),
-                p99(&mut outage),
-                degraded_secs.map_or(String::new(), |d| format!(
-                    ", some sidecar on its fallback for {d:.1}s"
+                back.map_or(String::new(), |b| format!(
+                    ", enforcement back {:.2}s after Redis",
+                    b.as_secs_f64()
                 ))
             ),
             _ => String::new(),
