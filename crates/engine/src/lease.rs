@@ -197,8 +197,10 @@ impl Leaser {
         needed: u64,
         now: u64,
     ) -> Option<StoreError> {
+        // What the fallback spent while the store was down is paid first.
+        let ask = want.saturating_add(bucket.lock().owed);
         let started = Instant::now();
-        let result = self.store.lease(store_key, bucket.rate, want).await;
+        let result = self.store.lease(store_key, bucket.rate, ask).await;
         self.observe(StoreOp::Lease, started, &result);
         let grant = match result {
             Ok(grant) => grant,
@@ -209,8 +211,10 @@ impl Leaser {
         };
         self.metrics.tokens_granted(grant.granted);
         let mut state = bucket.lock();
-        state.add_grant(grant.granted, grant.remaining, want, now);
-        if grant.granted < want {
+        let repaid = grant.granted.min(state.owed);
+        state.owed -= repaid;
+        state.add_grant(grant.granted - repaid, grant.remaining, want, now);
+        if grant.granted < ask {
             // Starved: global demand is above the limit (we got less than we asked for). Spend
             // what came, then deny locally while tokens refill in the global bucket (up to the
             // burst, so nothing is lost) instead of asking on every request: a remote store is

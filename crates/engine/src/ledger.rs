@@ -41,6 +41,11 @@ pub struct LeaseState {
     pub demand_per_sec: f64,
     /// The size of the last lease asked for (the low watermark is half of it).
     pub last_want: u64,
+    /// Tokens the `local_share` fallback spent on a leased rule while the store was down, which
+    /// the global bucket was never charged: the next lease calls take them first. At most this
+    /// instance's share of the burst, so all instances together owe at most the burst, about
+    /// what the global bucket can have refilled during the outage.
+    pub owed: u64,
 }
 
 impl LeaseState {
@@ -56,6 +61,7 @@ impl LeaseState {
             spent_since_lease: 0,
             demand_per_sec: 0.0,
             last_want: 0,
+            owed: 0,
         }
     }
 
@@ -126,6 +132,13 @@ impl LeaseState {
         self.global_known = true;
         self.leased_at = now;
         self.spent_since_lease = 0;
+        // The fallback's local bucket starts empty from each grant and refills at the share's
+        // rate: while the store answers, the global bucket holds this key's burst, so an outage
+        // must not add another one on top.
+        self.local = BucketState {
+            tokens: 0.0,
+            updated_micros: now,
+        };
     }
 }
 
@@ -204,6 +217,19 @@ impl Terms {
         self.store == StoreStatus::Up
             && self.hits > 0
             && matches!(self.mode, Mode::Strict | Mode::Exact)
+    }
+
+    /// Whether a leased rule is paid from the fallback's local bucket: what it spends is owed to
+    /// the global bucket.
+    fn owes_store(&self) -> bool {
+        self.mode != Mode::Local
+            && matches!(
+                self.store,
+                StoreStatus::Down {
+                    fallback: Fallback::LocalShare,
+                    ..
+                }
+            )
     }
 
     /// Whether the store-down fallback decides without looking at any bucket.
@@ -324,6 +350,9 @@ pub fn settle(
             let mut refill_ahead = false;
             if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
                 s.spend(mode, &rate, now, t.hits);
+                if t.owes_store() {
+                    s.owed = s.owed.saturating_add(t.hits).min(rate.burst);
+                }
                 refill_ahead = mode == Mode::Strict
                     && t.store == StoreStatus::Up
                     && s.lease_is_low()

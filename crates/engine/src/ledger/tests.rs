@@ -105,6 +105,40 @@ fn fallbacks_decide_while_the_store_is_down() {
     );
 }
 
+/// What `local_share` spends on a leased rule is owed to the global bucket (at most the share
+/// of the burst); a local-mode rule owes nothing; a grant starts the fallback's bucket empty.
+#[test]
+fn the_fallback_owes_what_it_spends_on_leased_rules() {
+    let down = |mode| Terms {
+        store: StoreStatus::Down {
+            fallback: Fallback::LocalShare,
+            instances: 2,
+        },
+        ..terms(1, mode, 8)
+    };
+    let rate = terms(1, Mode::Strict, 8).rate;
+    let mut s = LeaseState::new(&rate, 0);
+    s.add_grant(8, 0.0, 8, 0);
+    s.lease = 0;
+    let spend_for = |s: &mut LeaseState, mode, at| {
+        (0..20)
+            .filter(|_| settled(settle(&[down(mode)], &mut [&mut *s], at, true)).0)
+            .count()
+    };
+    assert_eq!(spend_for(&mut s, Mode::Strict, 0), 0, "nothing at once");
+    // 10/s shared by 2 = 5/s; after 0.4 s, 2 tokens.
+    assert_eq!(spend_for(&mut s, Mode::Strict, 4 * SEC / 10), 2);
+    assert_eq!(s.owed, 2);
+    // Never more than the share of the burst (4), however long the outage.
+    for at in 1..10 {
+        spend_for(&mut s, Mode::Strict, at * SEC);
+    }
+    assert_eq!(s.owed, 4);
+    let mut local = LeaseState::new(&rate, 0);
+    assert_eq!(spend_for(&mut local, Mode::Local, 0), 4);
+    assert_eq!(local.owed, 0, "a local rule has no global bucket to owe");
+}
+
 #[test]
 fn no_room_denies_even_a_peek_and_never_leases_again() {
     let t = [Terms {
