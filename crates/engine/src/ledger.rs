@@ -262,6 +262,11 @@ impl Terms {
                 let have = if self.hits == 0 {
                     // A peek counts the global bucket too, as far as this instance knows it.
                     state.remaining(mode, &rate, now).floor().max(0.0) as u64
+                } else if self.owes_store() {
+                    // Leased tokens were charged to the global bucket already: spent first.
+                    state
+                        .spendable(mode, &rate, now)
+                        .saturating_add(state.lease)
                 } else {
                     state.spendable(mode, &rate, now)
                 };
@@ -349,16 +354,24 @@ pub fn settle(
             let (mode, rate) = t.effective();
             let mut refill_ahead = false;
             if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
-                s.spend(mode, &rate, now, t.hits);
                 if t.owes_store() {
-                    s.owed = s.owed.saturating_add(t.hits).min(rate.burst);
+                    let from_lease = t.hits.min(s.lease);
+                    s.lease -= from_lease;
+                    let rest = t.hits - from_lease;
+                    if rest > 0 {
+                        s.spend(mode, &rate, now, rest);
+                        s.owed = s.owed.saturating_add(rest).min(rate.burst);
+                    }
+                } else {
+                    s.spend(mode, &rate, now, t.hits);
                 }
                 refill_ahead = mode == Mode::Strict
                     && t.store == StoreStatus::Up
                     && s.lease_is_low()
                     && now >= s.retry_at;
             }
-            let remaining = s.remaining(mode, &rate, now).max(0.0);
+            let held = if t.owes_store() { s.lease as f64 } else { 0.0 };
+            let remaining = (s.remaining(mode, &rate, now) + held).max(0.0);
             let denial = p.err();
             let retry_after = match denial {
                 Some(Denial::Empty) => rate.micros_until(remaining, t.need() as f64),

@@ -134,6 +134,11 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
         spend_for(&mut s, Mode::Strict, at * SEC);
     }
     assert_eq!(s.owed, 4);
+    // A lease held when the store went away is spent first, and owes nothing.
+    let mut held = LeaseState::new(&rate, 0);
+    held.add_grant(3, 0.0, 3, 0);
+    assert_eq!(spend_for(&mut held, Mode::Strict, 0), 3);
+    assert_eq!((held.lease, held.owed), (0, 0));
     let mut local = LeaseState::new(&rate, 0);
     assert_eq!(spend_for(&mut local, Mode::Local, 0), 4);
     assert_eq!(local.owed, 0, "a local rule has no global bucket to owe");
