@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long fuzz run: every target for MINUTES each (default 15, so an hour for the four), from the
-# committed corpus (TARGETS="a b" for only some). Appends what ran and what it found to RESULTS.md. Crashing inputs stay in
-# fuzz/artifacts/<target>/ (add them to fuzz/corpus/<target>/ once fixed, as regression seeds).
+# committed corpus (TARGETS="a b" for only some). Appends what ran and what it found to
+# RESULTS.md. Crashing inputs stay in fuzz/artifacts/<target>/ (add them to
+# fuzz/corpus/<target>/ once fixed, as regression seeds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${MINUTES:-15}

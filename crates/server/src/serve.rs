@@ -4,7 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::incoming::CappedIncoming;
 use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
 use sluice_proto::sluice::v1::quota_server::QuotaServer;
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
+use crate::incoming::CappedIncoming;
 use crate::quota::QuotaService;
 use crate::reload::{ReloadMetrics, ReloadOptions};
 use crate::rls::Rls;
