@@ -101,6 +101,21 @@ impl BucketState {
         }
     }
 
+    /// Refills, then charges `n` tokens whatever is left (usage reported after the fact, which
+    /// has happened and must not be lost): the bucket may go into debt, down to `-max_debt`, and
+    /// refills out of it. Returns what was charged: `n`, or less only where the debt bound clamps
+    /// it (an absurd report cannot lock a key out for longer than `(B + max_debt) / L`). Never
+    /// wraps: `n` may be `u64::MAX`.
+    pub fn charge(&mut self, rate: &Rate, now_micros: u64, n: u64, max_debt: u64) -> u64 {
+        self.refill(rate, now_micros);
+        let floor = -(max_debt as f64);
+        // Whole tokens that can still be charged before the floor (0 when at or below it).
+        let room = (self.tokens - floor).floor().max(0.0);
+        let charged = if (n as f64) <= room { n } else { room as u64 };
+        self.tokens = (self.tokens - charged as f64).max(floor.min(self.tokens));
+        charged
+    }
+
     /// Refills, then puts `n` unspent tokens back, capped at the burst.
     pub fn give_back(&mut self, rate: &Rate, now_micros: u64, n: u64) {
         self.refill(rate, now_micros);
@@ -130,6 +145,28 @@ mod tests {
             10,
             "capped at the burst"
         );
+    }
+
+    #[test]
+    fn a_report_after_the_fact_is_charged_in_full_into_bounded_debt() {
+        let rate = Rate::per_unit(10, Unit::Second);
+        let mut b = BucketState::full(&rate, 0);
+        assert_eq!(b.charge(&rate, 0, 50, 100), 50, "beyond what is left");
+        assert_eq!(b.tokens, -40.0);
+        assert!(!b.try_take(&rate, 0, 1), "checks are denied while in debt");
+        assert_eq!(
+            rate.micros_until(b.tokens, 1.0),
+            Some(4_100_000),
+            "time to repay"
+        );
+        assert_eq!(
+            b.charge(&rate, 0, u64::MAX, 100),
+            60,
+            "clamped at the debt bound"
+        );
+        assert_eq!(b.tokens, -100.0);
+        assert_eq!(b.charge(&rate, 0, 1, 100), 0);
+        assert!(b.try_take(&rate, 10_100_000, 1), "repaid at the rate");
     }
 
     #[test]
@@ -193,6 +230,46 @@ mod tests {
                 prop_assert!(admitted as f64 <= ideal + 1e-6, "admitted {admitted} > ideal {ideal}");
                 prop_assert!(b.tokens >= 0.0 && b.tokens <= burst as f64);
             }
+        }
+
+        /// Charges after the fact keep the bucket within `[-max_debt, B]`, charge everything the
+        /// bound allows (nothing lost below it), never admit a check while in debt, and never
+        /// lock a key out: `(B + max_debt) / L` after the last charge, a full burst passes.
+        #[test]
+        fn charges_go_into_bounded_debt_and_refill_out_of_it(
+            rpu in 1u64..2_000,
+            burst in 1u64..2_000,
+            max_debt in 0u64..5_000,
+            steps in proptest::collection::vec(
+                (0u64..300_000, prop_oneof![0u64..100, Just(u64::MAX), 0u64..u64::MAX], any::<bool>()),
+                1..100,
+            ),
+        ) {
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, burst };
+            let mut b = BucketState::full(&rate, 0);
+            let mut now = 0u64;
+            for (dt, n, report) in steps {
+                now += dt;
+                if report {
+                    let before = { let mut c = b; c.refill(&rate, now); c.tokens };
+                    let charged = b.charge(&rate, now, n, max_debt);
+                    prop_assert!(charged <= n);
+                    if charged < n {
+                        prop_assert!(b.tokens - 1.0 < -(max_debt as f64) + 1e-9,
+                            "clamped only at the bound: {} left after {charged} of {n}", b.tokens);
+                    }
+                    prop_assert!((before - charged as f64 - b.tokens).abs() < 1e-6
+                        || b.tokens == before, "charged exactly what it says");
+                } else {
+                    let in_debt = { let mut c = b; c.refill(&rate, now); c.tokens < 1.0 };
+                    let took = b.try_take(&rate, now, 1);
+                    prop_assert!(!(took && in_debt));
+                }
+                prop_assert!(b.tokens >= -(max_debt as f64) - 1e-9 && b.tokens <= burst as f64);
+            }
+            let wait = rate.micros_until(b.tokens, burst as f64).expect("reachable");
+            prop_assert!(wait as f64 <= (burst + max_debt) as f64 * SEC as f64 / rpu as f64 + 1.0);
+            prop_assert!(b.try_take(&rate, now + wait + 1, burst), "no lockout");
         }
 
         /// Waiting exactly `micros_until` makes the tokens available.
