@@ -147,6 +147,20 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         Box::pin(async move { grant.ok_or(StoreError::Full) })
     }
 
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        let grant = self.with_bucket(key, &rate, true, |b, now| LeaseGrant {
+            granted: b.charge(&rate, now, tokens, max_debt),
+            remaining: b.tokens,
+        });
+        Box::pin(async move { grant.ok_or(StoreError::Full) })
+    }
+
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
         self.with_bucket(key, &rate, false, |b, now| b.give_back(&rate, now, tokens));
         Box::pin(async { Ok(()) })

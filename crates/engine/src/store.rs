@@ -48,6 +48,18 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// room answers [`StoreError::Full`] for a key it cannot hold.
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant>;
 
+    /// Refills the bucket at `key` and charges `tokens` used after the fact, whatever is left:
+    /// the balance may go down to `-max_debt` (post-paid usage must not be lost). `granted` is
+    /// what was charged (less than `tokens` only where the debt bound clamps it), `remaining`
+    /// the balance after it (negative in debt).
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant>;
+
     /// Refills the bucket at `key` and puts `tokens` back, capped at the burst (an absent bucket
     /// is full: nothing changes).
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()>;

@@ -17,6 +17,10 @@ pub static RELEASE: LazyLock<Script> =
 /// `peek.lua`: refill without writing; returns remaining millitokens.
 pub static PEEK: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/peek.lua")));
+/// `charge.lua`: refill and charge usage after the fact, into debt down to `-max_debt`; returns
+/// `{charged, remaining_millitokens}`.
+pub static CHARGE: LazyLock<Script> =
+    LazyLock::new(|| bucket_script(include_str!("../lua/charge.lua")));
 /// `heartbeat.lua`: register this instance and count live ones.
 pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/heartbeat.lua")));
@@ -27,13 +31,13 @@ fn bucket_script(body: &str) -> Script {
 }
 
 /// An invocation of a bucket script: KEYS[1] = `key`, ARGV = L, T (µs), B, `now` (empty: Redis
-/// TIME), then the script's own argument if any.
+/// TIME), then the script's own arguments.
 pub fn bucket_call<'a>(
     script: &'a Script,
     key: &str,
     rate: &Rate,
     now_micros: Option<u64>,
-    arg: Option<u64>,
+    args: &[u64],
 ) -> redis::ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
     inv.key(key)
@@ -41,8 +45,8 @@ pub fn bucket_call<'a>(
         .arg(rate.unit.micros())
         .arg(rate.burst)
         .arg(now_micros.map(|n| n.to_string()).unwrap_or_default());
-    if let Some(a) = arg {
-        inv.arg(a);
+    for a in args {
+        inv.arg(*a);
     }
     inv
 }

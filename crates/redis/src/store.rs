@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
-use crate::scripts::{self, HEARTBEAT, LEASE, PEEK, RELEASE};
+use crate::scripts::{self, CHARGE, HEARTBEAT, LEASE, PEEK, RELEASE};
 
 /// The key of the live-instance set (one key, so it works the same on a cluster).
 const INSTANCES_KEY: &str = "sluice:{instances}";
@@ -147,10 +147,27 @@ impl RedisStore {
         want: u64,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let inv = scripts::bucket_call(&LEASE, key, &rate, now, Some(want));
+        let inv = scripts::bucket_call(&LEASE, key, &rate, now, &[want]);
         let (granted, milli): (u64, i64) = self.call(&inv).await?;
         Ok(LeaseGrant {
             granted,
+            remaining: milli as f64 / 1000.0,
+        })
+    }
+
+    /// Charge with an explicit `now`.
+    pub async fn charge_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
+        let inv = scripts::bucket_call(&CHARGE, key, &rate, now, &[tokens, max_debt]);
+        let (charged, milli): (u64, i64) = self.call(&inv).await?;
+        Ok(LeaseGrant {
+            granted: charged,
             remaining: milli as f64 / 1000.0,
         })
     }
@@ -163,7 +180,7 @@ impl RedisStore {
         tokens: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, Some(tokens));
+        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -175,7 +192,7 @@ impl RedisStore {
         rate: Rate,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&PEEK, key, &rate, now, None);
+        let inv = scripts::bucket_call(&PEEK, key, &rate, now, &[]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -238,6 +255,16 @@ impl RedisStore {
 impl GlobalStore for RedisStore {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(self.lease_at(key, rate, want, None))
+    }
+
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        Box::pin(self.charge_at(key, rate, tokens, max_debt, None))
     }
 
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {

@@ -18,6 +18,8 @@ enum Op {
     Lease(u64),
     Release(u64),
     Peek,
+    /// Usage after the fact: (tokens, max_debt).
+    Charge(u64, u64),
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +65,12 @@ fn case() -> impl Strategy<Value = Case> {
         4 => amount().prop_map(Op::Lease),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
+        2 => (amount(), prop_oneof![
+            0u64..4,
+            0u64..100_000,
+            Just(u64::from(u32::MAX)),
+            Just(1u64 << 53)
+        ]).prop_map(|(n, debt)| Op::Charge(n, debt)),
     ];
     let step = prop_oneof![
         Just(0u64),
@@ -93,6 +101,10 @@ async fn on_memory(c: &Case) -> Vec<(u64, i64)> {
                 (0, milli(store.peek("k", c.rate).await.expect("peek")))
             }
             Op::Peek => (0, milli(store.peek("k", c.rate).await.expect("peek"))),
+            Op::Charge(n, debt) => {
+                let g = store.charge("k", c.rate, n, debt).await.expect("charge");
+                (g.granted, milli(g.remaining))
+            }
         });
     }
     seen
@@ -123,6 +135,13 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<(u64, i64)> {
                 0,
                 milli(store.peek_at(key, c.rate, Some(now)).await.expect("peek")),
             ),
+            Op::Charge(n, debt) => {
+                let g = store
+                    .charge_at(key, c.rate, n, debt, Some(now))
+                    .await
+                    .expect("charge");
+                (g.granted, milli(g.remaining))
+            }
         });
     }
     seen

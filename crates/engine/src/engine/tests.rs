@@ -380,6 +380,9 @@ impl GlobalStore for DownStore {
     fn lease<'a>(&'a self, _: &'a str, _: Rate, _: u64) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
     }
+    fn charge<'a>(&'a self, _: &'a str, _: Rate, _: u64, _: u64) -> StoreFuture<'a, LeaseGrant> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
     fn release<'a>(&'a self, _: &'a str, _: Rate, _: u64) -> StoreFuture<'a, ()> {
         Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
     }
@@ -448,6 +451,18 @@ impl GlobalStore for Outage {
             return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
         }
         self.inner.lease(key, rate, want)
+    }
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        if self.is_down() {
+            return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
+        }
+        self.inner.charge(key, rate, tokens, max_debt)
     }
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
         if self.is_down() {
@@ -544,6 +559,15 @@ impl GlobalStore for SlowStore {
             }
             grant
         })
+    }
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        self.inner.charge(key, rate, tokens, max_debt)
     }
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
         self.inner.release(key, rate, tokens)
@@ -651,6 +675,15 @@ struct SlowReads {
 impl GlobalStore for SlowReads {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
         self.inner.lease(key, rate, want)
+    }
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        self.inner.charge(key, rate, tokens, max_debt)
     }
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
         self.inner.release(key, rate, tokens)
