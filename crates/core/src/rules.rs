@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::Unit;
 use crate::bucket::Rate;
 use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
-use crate::config::{ConfigError, Fallback, LimitOverrides, Mode};
+use crate::config::{ChargeMode, ConfigError, Fallback, LimitOverrides, Mode};
 use crate::descriptor::Entry;
 use crate::hash::{fnv1a, fnv1a_of};
 
@@ -35,8 +35,28 @@ pub enum Limit {
         mode: Mode,
         /// What happens while the global store is unavailable.
         fallback: Fallback,
+        /// When hits are paid.
+        charge: Charge,
     },
 }
+
+/// When a limited rule's hits are paid. Not part of the rule's identity: a bucket's state means
+/// the same either way (a prepaid bucket is one that never goes below zero), so switching a
+/// rule keeps its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Charge {
+    /// Before the request passes (today's semantics).
+    #[default]
+    Prepaid,
+    /// After the fact, in full, into debt of at most `max_debt` tokens.
+    PostPaid {
+        /// The most debt a bucket may carry.
+        max_debt: u64,
+    },
+}
+
+/// The largest `max_debt`: tokens are f64 everywhere (Rust and Lua), exact up to 2^53.
+pub const MAX_DEBT: u64 = 1 << 53;
 
 /// One `rate_limit` of a domain's descriptor tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,11 +319,14 @@ fn compile_rule(
         if rl.burst.is_some()
             || rl.mode.is_some()
             || rl.fallback.is_some()
+            || rl.charge.is_some()
+            || rl.max_debt.is_some()
             || rl.requests_per_unit != 0
         {
             return Err(err(
                 line,
-                "an unlimited rate_limit takes no requests_per_unit, burst, mode or fallback"
+                "an unlimited rate_limit takes no requests_per_unit, burst, mode, fallback, \
+                 charge or max_debt"
                     .into(),
             ));
         }
@@ -316,14 +339,34 @@ fn compile_rule(
             ));
         };
         let rpu = u64::from(rl.requests_per_unit);
+        let burst = rl.burst.map_or(rpu, u64::from);
+        let charge = match (rl.charge.unwrap_or_default(), rl.max_debt) {
+            (ChargeMode::Prepaid, Some(_)) => {
+                return Err(err(
+                    line,
+                    "max_debt applies only with charge: post_paid".into(),
+                ));
+            }
+            (ChargeMode::Prepaid, None) => Charge::Prepaid,
+            (ChargeMode::PostPaid, Some(d)) if d > MAX_DEBT => {
+                return Err(err(
+                    line,
+                    format!("max_debt {d} is above the largest, {MAX_DEBT} (2^53)"),
+                ));
+            }
+            (ChargeMode::PostPaid, debt) => Charge::PostPaid {
+                max_debt: debt.unwrap_or(burst),
+            },
+        };
         Limit::Limited {
             rate: Rate {
                 requests_per_unit: rpu,
                 unit,
-                burst: rl.burst.map_or(rpu, u64::from),
+                burst,
             },
             mode: rl.mode.unwrap_or_default(),
             fallback: rl.fallback.unwrap_or_default(),
+            charge,
         }
     };
     let mut replaces = Vec::with_capacity(rl.replaces.len());
@@ -379,6 +422,7 @@ pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -
             rate,
             mode,
             fallback,
+            charge: _,
         } => {
             let text = format!(
                 "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}, burst: {} }}, mode: {}, fallback: {} }}",

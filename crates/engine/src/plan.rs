@@ -203,6 +203,7 @@ fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Match
         rate,
         mode,
         fallback,
+        ..
     } = rule.limit
     else {
         return None;

@@ -326,6 +326,7 @@ pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
             rate,
             mode,
             fallback,
+            ..
         } => {
             out.requests_per_unit = rate.requests_per_unit;
             out.unit = rate.unit.to_string();

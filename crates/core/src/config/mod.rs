@@ -25,7 +25,9 @@ use std::path::PathBuf;
 pub use duration::{HumanDuration, MAX_DURATION};
 pub use fs::FsSource;
 pub use load::{Config, load_config, load_from, parse_config};
-pub use model::{EngineSettings, Fallback, LimitOverrides, Mode, RedisSettings, ResponseSettings};
+pub use model::{
+    ChargeMode, EngineSettings, Fallback, LimitOverrides, Mode, RedisSettings, ResponseSettings,
+};
 pub use source::{MemSource, Source};
 
 /// A configuration error, located at `file:line`.

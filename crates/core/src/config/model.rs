@@ -193,6 +193,12 @@ pub struct RateLimitConfig {
     pub mode: Option<Mode>,
     /// sluice: what to do when the global store is unavailable.
     pub fallback: Option<Fallback>,
+    /// sluice: when hits are paid: `prepaid` (default: before the request passes) or `post_paid`
+    /// (usage reported after the response is charged in full, into bounded debt).
+    pub charge: Option<ChargeMode>,
+    /// sluice, with `charge: post_paid`: the most debt a bucket may carry, in tokens (default:
+    /// the burst; at most 2^53).
+    pub max_debt: Option<u64>,
 }
 
 /// An entry of `replaces:`.
@@ -240,6 +246,18 @@ impl Mode {
             Mode::Local => "local",
         }
     }
+}
+
+/// When a rule's hits are paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChargeMode {
+    /// A request pays before it passes, and is denied if it cannot (default).
+    #[default]
+    Prepaid,
+    /// Usage reported after the fact is charged in full, into debt up to `max_debt`; checks are
+    /// denied while the bucket is empty or in debt.
+    PostPaid,
 }
 
 /// What a rule does while the global store cannot be reached.

@@ -82,6 +82,7 @@ fn loads_envoyproxy_ratelimit_files_unchanged() {
             rate: Rate::per_unit(500, Unit::Second),
             mode: Mode::Strict,
             fallback: Fallback::LocalShare,
+            charge: Charge::Prepaid,
         }
     );
     assert_eq!(
@@ -145,6 +146,7 @@ fn nested_rules_apply_only_at_the_last_entry() {
             },
             mode: Mode::Local,
             fallback: Fallback::LocalShare,
+            charge: Charge::Prepaid,
         }
     );
     assert_eq!(
@@ -306,4 +308,61 @@ proptest! {
     fn literal_patterns_are_exact(p in "[a-c]{0,6}", v in "[a-c]{0,6}") {
         prop_assert_eq!(wildcard_match(&p, &v), p == v);
     }
+}
+
+/// `charge: post_paid` with its debt bound (default: the burst); the bound is checked where it is
+/// written; switching a rule between prepaid and post-paid keeps its buckets (same identity).
+#[test]
+fn post_paid_rules_carry_a_bounded_debt() {
+    let limit_of = |rate_limit: &str| {
+        let text = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate_limit}\n");
+        let config = load(&text).expect("loads");
+        let rule = &config.rules.rules()[0];
+        (rule.limit, rule.fingerprint)
+    };
+    let (prepaid, id) = limit_of("{unit: minute, requests_per_unit: 1000}");
+    let (default_debt, same_id) =
+        limit_of("{unit: minute, requests_per_unit: 1000, burst: 1500, charge: post_paid}");
+    let Limit::Limited { charge, .. } = prepaid else {
+        panic!("{prepaid:?}")
+    };
+    assert_eq!(charge, Charge::Prepaid);
+    let Limit::Limited { charge, .. } = default_debt else {
+        panic!("{default_debt:?}")
+    };
+    assert_eq!(charge, Charge::PostPaid { max_debt: 1500 });
+    let (explicit, _) = limit_of(
+        "{unit: minute, requests_per_unit: 1000, charge: post_paid, max_debt: 9007199254740992}",
+    );
+    let Limit::Limited { charge, .. } = explicit else {
+        panic!("{explicit:?}")
+    };
+    assert_eq!(charge, Charge::PostPaid { max_debt: MAX_DEBT });
+    let (_, post_paid_id) = limit_of("{unit: minute, requests_per_unit: 1000, charge: post_paid}");
+    assert_eq!(id, post_paid_id, "the charge is not part of the identity");
+    assert_ne!(id, same_id, "the burst is");
+
+    let rejected = |rate_limit: &str| {
+        load_err(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate_limit}\n"
+        ))
+    };
+    assert_eq!(
+        rejected("{unit: second, requests_per_unit: 1, max_debt: 5}"),
+        "3: max_debt applies only with charge: post_paid"
+    );
+    assert_eq!(
+        rejected(
+            "{unit: second, requests_per_unit: 1, charge: post_paid, max_debt: 9007199254740993}"
+        ),
+        "3: max_debt 9007199254740993 is above the largest, 9007199254740992 (2^53)"
+    );
+    assert!(
+        rejected("{unlimited: true, charge: post_paid}").contains("takes no"),
+        "unlimited"
+    );
+    assert!(
+        rejected("{unit: second, requests_per_unit: 1, charge: later}").contains("unknown variant"),
+        "a misspelt charge"
+    );
 }
