@@ -36,7 +36,7 @@ pub enum Limit {
         /// What happens while the global store is unavailable.
         fallback: Fallback,
         /// When hits are paid.
-        charge: Charge,
+        payment: Payment,
     },
 }
 
@@ -44,7 +44,7 @@ pub enum Limit {
 /// the same either way (a prepaid bucket is one that never goes below zero), so switching a
 /// rule keeps its buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Charge {
+pub enum Payment {
     /// Before the request passes (today's semantics).
     #[default]
     Prepaid,
@@ -340,21 +340,21 @@ fn compile_rule(
         };
         let rpu = u64::from(rl.requests_per_unit);
         let burst = rl.burst.map_or(rpu, u64::from);
-        let charge = match (rl.charge.unwrap_or_default(), rl.max_debt) {
+        let payment = match (rl.charge.unwrap_or_default(), rl.max_debt) {
             (ChargeMode::Prepaid, Some(_)) => {
                 return Err(err(
                     line,
                     "max_debt applies only with charge: post_paid".into(),
                 ));
             }
-            (ChargeMode::Prepaid, None) => Charge::Prepaid,
+            (ChargeMode::Prepaid, None) => Payment::Prepaid,
             (ChargeMode::PostPaid, Some(d)) if d > MAX_DEBT => {
                 return Err(err(
                     line,
                     format!("max_debt {d} is above the largest, {MAX_DEBT} (2^53)"),
                 ));
             }
-            (ChargeMode::PostPaid, debt) => Charge::PostPaid {
+            (ChargeMode::PostPaid, debt) => Payment::PostPaid {
                 max_debt: debt.unwrap_or(burst),
             },
         };
@@ -366,7 +366,7 @@ fn compile_rule(
             },
             mode: rl.mode.unwrap_or_default(),
             fallback: rl.fallback.unwrap_or_default(),
-            charge,
+            payment,
         }
     };
     let mut replaces = Vec::with_capacity(rl.replaces.len());
@@ -422,7 +422,7 @@ pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -
             rate,
             mode,
             fallback,
-            charge: _,
+            payment: _,
         } => {
             let text = format!(
                 "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}, burst: {} }}, mode: {}, fallback: {} }}",

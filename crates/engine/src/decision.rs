@@ -8,7 +8,7 @@ use sluice_core::Descriptor;
 use sluice_core::RuleSet;
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
-use sluice_core::rules::RuleId;
+use sluice_core::rules::{Payment, RuleId};
 
 /// Engine tuning, in the engine's units.
 #[derive(Debug, Clone)]
@@ -76,6 +76,8 @@ pub struct LimitInfo {
     pub fallback: Fallback,
     /// Whether the rule is in shadow mode.
     pub shadow: bool,
+    /// When hits are paid (post-paid: reports go into bounded debt).
+    pub payment: Payment,
 }
 
 /// Why a bucket denied a request.

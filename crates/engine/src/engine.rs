@@ -120,6 +120,11 @@ impl Engine {
                 None => may_retry = false,
             }
         };
+        if plan.charges.iter().any(|c| c.reported > 0) {
+            self.leaser
+                .flush_debts(&plan, req.descriptors, now, deadline)
+                .await;
+        }
         Decision {
             overall,
             outcomes,

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use sluice_core::Descriptor;
 use sluice_core::config::Mode;
+use sluice_core::rules::Payment;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -105,7 +106,9 @@ impl Leaser {
             return;
         }
         for charge in plan.charges.iter_mut() {
-            if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up {
+            // A post-paid bucket only reported to needs nothing before the decision.
+            if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up || !charge.checked
+            {
                 continue;
             }
             let bucket = Arc::clone(&charge.bucket);
@@ -125,7 +128,7 @@ impl Leaser {
                 key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
             let call = async {
                 if charge.hits == 0 {
-                    self.peek(&bucket, &store_key).await
+                    self.peek(&bucket, &store_key, now).await
                 } else {
                     self.lease_for(charge, &store_key, now).await
                 }
@@ -144,6 +147,65 @@ impl Leaser {
         }
     }
 
+    /// Sends the post-paid usage pending on each reported, leased charge of `plan` to the global
+    /// store (waiting at most until `deadline`). The pending count is taken before the call, so
+    /// two reports never send the same usage; a failed call puts it back for the next one.
+    pub(crate) async fn flush_debts(
+        &self,
+        plan: &Plan,
+        descriptors: &[Descriptor],
+        now: u64,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        for charge in &plan.charges {
+            let Some(max_debt) = (match charge.info.payment {
+                Payment::PostPaid { max_debt } => Some(max_debt),
+                Payment::Prepaid => None,
+            }) else {
+                continue;
+            };
+            if charge.reported == 0 || charge.info.mode == Mode::Local {
+                continue;
+            }
+            let bucket = &charge.bucket;
+            let pending = std::mem::take(&mut bucket.lock().debt_pending);
+            if pending == 0 {
+                continue;
+            }
+            let store_key =
+                key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
+            let started = Instant::now();
+            let result = until(
+                deadline,
+                self.store
+                    .charge(&store_key, bucket.rate, pending, max_debt),
+            )
+            .await
+            .unwrap_or(Err(StoreError::Timeout));
+            self.observe(StoreOp::Charge, started, &result);
+            let mut state = bucket.lock();
+            match result {
+                Ok(grant) => {
+                    state.read_global(grant.remaining, now);
+                    if grant.granted < pending {
+                        tracing::debug!(
+                            clamped = pending - grant.granted,
+                            "post-paid usage above the debt bound"
+                        );
+                    }
+                }
+                // Not charged (refused, or answered with an error): kept for the next call.
+                Err(StoreError::Unavailable(_) | StoreError::Full | StoreError::Protocol(_)) => {
+                    state.debt_pending = state.debt_pending.saturating_add(pending);
+                }
+                // Cut off: it may have been charged. Sent at most once rather than twice.
+                Err(StoreError::Timeout) => {
+                    tracing::debug!(pending, "post-paid usage may be lost: the store timed out");
+                }
+            }
+        }
+    }
+
     /// When a decision on this store must be made by, if it began now.
     pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
         self.store
@@ -156,7 +218,9 @@ impl Leaser {
     fn covered(&self, bucket: &LeaseBucket, mode: Mode, hits: u64, now: u64) -> bool {
         let state = bucket.lock();
         if hits == 0 {
+            // A reading older than a lease horizon is read again (others spend meanwhile).
             state.global_known
+                && now.saturating_sub(state.global_read_at) < micros(self.settings.lease_horizon)
         } else {
             state.lease >= hits || (mode == Mode::Strict && now < state.retry_at)
         }
@@ -240,15 +304,13 @@ impl Leaser {
     }
 
     /// Reads the global bucket for a peek.
-    async fn peek(&self, bucket: &LeaseBucket, store_key: &str) -> Option<StoreError> {
+    async fn peek(&self, bucket: &LeaseBucket, store_key: &str, now: u64) -> Option<StoreError> {
         let started = Instant::now();
         let result = self.store.peek(store_key, bucket.rate).await;
         self.observe(StoreOp::Peek, started, &result);
         match result {
             Ok(tokens) => {
-                let mut state = bucket.lock();
-                state.global_remaining = tokens;
-                state.global_known = true;
+                bucket.lock().read_global(tokens, now);
                 None
             }
             Err(e) => Some(e),

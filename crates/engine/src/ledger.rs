@@ -30,6 +30,8 @@ pub struct LeaseState {
     pub global_remaining: f64,
     /// Whether `global_remaining` has been read at least once.
     pub global_known: bool,
+    /// When `global_remaining` was read: estimates refill it from then on.
+    pub global_read_at: u64,
     /// A starved key asks the store again only from this time on (never more than `lease_ttl`
     /// ahead, so a key can always lease again).
     pub retry_at: u64,
@@ -46,6 +48,9 @@ pub struct LeaseState {
     /// instance's share of the burst, so all instances together owe at most the burst, about
     /// what the global bucket can have refilled during the outage.
     pub owed: u64,
+    /// Post-paid usage charged here but not yet sent to the global store (`Leaser::flush_debt`
+    /// sends it; a failed call leaves it for the next).
+    pub debt_pending: u64,
 }
 
 impl LeaseState {
@@ -56,12 +61,14 @@ impl LeaseState {
             lease: 0,
             global_remaining: rate.burst as f64,
             global_known: false,
+            global_read_at: now,
             retry_at: 0,
             leased_at: now,
             spent_since_lease: 0,
             demand_per_sec: 0.0,
             last_want: 0,
             owed: 0,
+            debt_pending: 0,
         }
     }
 
@@ -100,8 +107,21 @@ impl LeaseState {
                 b.refill(rate, now);
                 b.tokens
             }
-            Mode::Strict | Mode::Exact => self.lease as f64 + self.global_remaining,
+            Mode::Strict | Mode::Exact => {
+                let global = rate.refill(
+                    self.global_remaining,
+                    now.saturating_sub(self.global_read_at),
+                );
+                self.lease as f64 + global - self.debt_pending as f64
+            }
         }
+    }
+
+    /// Records a reading of the global bucket taken at `now`.
+    pub fn read_global(&mut self, remaining: f64, now: u64) {
+        self.global_remaining = remaining;
+        self.global_known = true;
+        self.global_read_at = now;
     }
 
     /// Whether a busy lease is down to half of what was last asked for: time to refill ahead.
@@ -128,8 +148,7 @@ impl LeaseState {
         };
         self.lease = self.lease.saturating_add(granted);
         self.last_want = want;
-        self.global_remaining = remaining;
-        self.global_known = true;
+        self.read_global(remaining, now);
         self.leased_at = now;
         self.spent_since_lease = 0;
         // The fallback's local bucket starts empty from each grant and refills at the share's
@@ -162,8 +181,15 @@ pub enum StoreStatus {
 /// What one bucket of a request is asked to pay, and under which rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Terms {
-    /// Hits of every descriptor of the request on this bucket, summed (saturating).
+    /// Hits of every descriptor of the request on this bucket that checks before the request,
+    /// summed (saturating).
     pub hits: u64,
+    /// Whether anything checks this bucket (`false`: it is only reported to).
+    pub checked: bool,
+    /// Post-paid usage reported on this bucket: charged in full whatever else happens.
+    pub reported: u64,
+    /// Post-paid rules: the most debt the bucket may carry.
+    pub max_debt: Option<u64>,
     /// How the bucket is shared.
     pub mode: Mode,
     /// The limit.
@@ -203,6 +229,9 @@ impl Terms {
 
     /// Why this bucket can never pay, whatever its state: denied before any store call.
     pub fn hopeless(&self) -> Option<Denial> {
+        if !self.checked {
+            return None;
+        }
         if self.need() > self.effective().1.burst {
             Some(Denial::CostAboveBurst)
         } else if self.store == StoreStatus::NoRoom {
@@ -232,6 +261,30 @@ impl Terms {
             )
     }
 
+    /// Charges post-paid usage in full, whether or not the request passed (it already happened):
+    /// a local bucket goes into debt at once (down to `max_debt`); a leased rule pays from its
+    /// lease first and leaves the rest pending for the global store.
+    fn report(&self, s: &mut LeaseState, mode: Mode, rate: &Rate, now: u64) {
+        let max_debt = self.max_debt.unwrap_or(0);
+        if self.mode == Mode::Local {
+            s.local.charge(rate, now, self.reported, max_debt);
+            return;
+        }
+        let from_lease = self.reported.min(s.lease);
+        s.lease -= from_lease;
+        // More than the burst plus the debt bound can never be charged: the store clamps it.
+        let cap = self.rate.burst.saturating_add(max_debt);
+        s.debt_pending = s
+            .debt_pending
+            .saturating_add(self.reported - from_lease)
+            .min(cap);
+        if mode == Mode::Local {
+            // The store is down: this instance's own checks see the debt meanwhile.
+            s.local
+                .charge(rate, now, self.reported - from_lease, max_debt);
+        }
+    }
+
     /// Whether the store-down fallback decides without looking at any bucket.
     fn forced(&self) -> bool {
         matches!(
@@ -245,6 +298,9 @@ impl Terms {
 
     /// Whether `state` can pay now, and if not, why.
     fn pays(&self, state: &LeaseState, now: u64) -> Result<(), Denial> {
+        if !self.checked {
+            return Ok(());
+        }
         if let Some(why) = self.hopeless() {
             return Err(why);
         }
@@ -369,6 +425,9 @@ pub fn settle(
                     && t.store == StoreStatus::Up
                     && s.lease_is_low()
                     && now >= s.retry_at;
+            }
+            if t.reported > 0 {
+                t.report(s, mode, &rate, now);
             }
             let held = if t.owes_store() { s.lease as f64 } else { 0.0 };
             let remaining = (s.remaining(mode, &rate, now) + held).max(0.0);

@@ -22,7 +22,7 @@ pub struct EngineMetrics {
     pub keys_refused: IntCounter,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
-    ops: [OpSeries; 3],
+    ops: [OpSeries; 4],
     /// `sluice_lease_tokens_total{event="granted"}` and `{event="returned"}`.
     granted: IntCounter,
     returned: IntCounter,
@@ -37,6 +37,8 @@ pub enum StoreOp {
     Release = 1,
     /// Read a global bucket.
     Peek = 2,
+    /// Charge post-paid usage, into debt.
+    Charge = 3,
 }
 
 /// How a store call ended (the `outcome` label).
@@ -54,7 +56,7 @@ pub enum StoreOutcome {
     Full = 4,
 }
 
-const OPS: [&str; 3] = ["lease", "release", "peek"];
+const OPS: [&str; 4] = ["lease", "release", "peek", "charge"];
 const OUTCOMES: [&str; 5] = ["ok", "timeout", "unavailable", "error", "full"];
 
 #[derive(Debug, Clone)]

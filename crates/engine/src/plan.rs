@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
-use sluice_core::rules::{Limit, Match};
+use sluice_core::rules::{Limit, Match, Payment};
 use sluice_core::{Descriptor, RuleSet};
 use smallvec::SmallVec;
 
@@ -31,8 +31,15 @@ pub(crate) struct Charge {
     pub(crate) bucket: Arc<LeaseBucket>,
     /// The limit (the same for every descriptor on this bucket: the key includes the identity).
     pub(crate) info: LimitInfo,
-    /// Hits of every descriptor on this bucket, summed without wrapping.
+    /// Hits of every descriptor on this bucket that checks (and, prepaid, pays) before the
+    /// request, summed without wrapping.
     pub(crate) hits: u64,
+    /// Whether any descriptor on this bucket is such a check (a post-paid bucket may only be
+    /// reported to).
+    pub(crate) checked: bool,
+    /// Post-paid usage reported on this bucket (explicit per-descriptor `hits_addend` > 0),
+    /// summed without wrapping: charged in full, never denied.
+    pub(crate) reported: u64,
     /// A descriptor on this bucket, whose entries make the store key.
     pub(crate) descriptor: usize,
     /// The store's state for this bucket, updated by the lease calls.
@@ -51,6 +58,12 @@ impl Charge {
         };
         Terms {
             hits: self.hits,
+            checked: self.checked,
+            reported: self.reported,
+            max_debt: match self.info.payment {
+                Payment::PostPaid { max_debt } => Some(max_debt),
+                Payment::Prepaid => None,
+            },
             mode: self.info.mode,
             rate: self.info.rate,
             shadow: self.info.shadow,
@@ -116,7 +129,14 @@ impl Plan {
                 plan.by_descriptor.push(None);
                 continue;
             };
-            let hits = d.hits_addend.unwrap_or(default_hits);
+            // Envoy's request-time check of a post-paid limit sends an explicit 0 (a peek), and
+            // the report after the response the usage: an explicit count on a post-paid rule.
+            let post_paid = matches!(m.info.payment, Payment::PostPaid { .. });
+            let (hits, reported) = match d.hits_addend {
+                Some(n) if post_paid && n > 0 => (None, n),
+                Some(n) => (Some(n), 0),
+                None => (Some(default_hits), 0),
+            };
             // The same key twice in one request is one bucket (found by key, not by bucket:
             // an untracked bucket made for a key with no room is made once per request too).
             let seen = plan.charges.iter().position(|c| {
@@ -126,7 +146,9 @@ impl Plan {
             let at = match seen {
                 Some(at) => {
                     let c = &mut plan.charges[at];
-                    c.hits = c.hits.saturating_add(hits);
+                    c.hits = c.hits.saturating_add(hits.unwrap_or(0));
+                    c.checked |= hits.is_some();
+                    c.reported = c.reported.saturating_add(reported);
                     at
                 }
                 None => {
@@ -137,7 +159,9 @@ impl Plan {
                     plan.charges.push(Charge {
                         bucket,
                         info: m.info,
-                        hits,
+                        hits: hits.unwrap_or(0),
+                        checked: hits.is_some(),
+                        reported,
                         descriptor: index,
                         store,
                     });
@@ -190,6 +214,7 @@ fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Match
                 mode: Mode::Strict,
                 fallback: Fallback::LocalShare,
                 shadow: false,
+                payment: Payment::Prepaid,
             },
             identity: override_identity(domain, &rate),
             name: None,
@@ -203,7 +228,7 @@ fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Match
         rate,
         mode,
         fallback,
-        ..
+        payment,
     } = rule.limit
     else {
         return None;
@@ -215,6 +240,7 @@ fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Match
             mode,
             fallback,
             shadow: rule.shadow_mode,
+            payment,
         },
         identity: rule.fingerprint,
         name: rule.explicit_name.as_deref(),

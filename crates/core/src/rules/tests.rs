@@ -82,7 +82,7 @@ fn loads_envoyproxy_ratelimit_files_unchanged() {
             rate: Rate::per_unit(500, Unit::Second),
             mode: Mode::Strict,
             fallback: Fallback::LocalShare,
-            charge: Charge::Prepaid,
+            payment: Payment::Prepaid,
         }
     );
     assert_eq!(
@@ -146,7 +146,7 @@ fn nested_rules_apply_only_at_the_last_entry() {
             },
             mode: Mode::Local,
             fallback: Fallback::LocalShare,
-            charge: Charge::Prepaid,
+            payment: Payment::Prepaid,
         }
     );
     assert_eq!(
@@ -323,21 +323,21 @@ fn post_paid_rules_carry_a_bounded_debt() {
     let (prepaid, id) = limit_of("{unit: minute, requests_per_unit: 1000}");
     let (default_debt, same_id) =
         limit_of("{unit: minute, requests_per_unit: 1000, burst: 1500, charge: post_paid}");
-    let Limit::Limited { charge, .. } = prepaid else {
+    let Limit::Limited { payment, .. } = prepaid else {
         panic!("{prepaid:?}")
     };
-    assert_eq!(charge, Charge::Prepaid);
-    let Limit::Limited { charge, .. } = default_debt else {
+    assert_eq!(payment, Payment::Prepaid);
+    let Limit::Limited { payment, .. } = default_debt else {
         panic!("{default_debt:?}")
     };
-    assert_eq!(charge, Charge::PostPaid { max_debt: 1500 });
+    assert_eq!(payment, Payment::PostPaid { max_debt: 1500 });
     let (explicit, _) = limit_of(
         "{unit: minute, requests_per_unit: 1000, charge: post_paid, max_debt: 9007199254740992}",
     );
-    let Limit::Limited { charge, .. } = explicit else {
+    let Limit::Limited { payment, .. } = explicit else {
         panic!("{explicit:?}")
     };
-    assert_eq!(charge, Charge::PostPaid { max_debt: MAX_DEBT });
+    assert_eq!(payment, Payment::PostPaid { max_debt: MAX_DEBT });
     let (_, post_paid_id) = limit_of("{unit: minute, requests_per_unit: 1000, charge: post_paid}");
     assert_eq!(id, post_paid_id, "the charge is not part of the identity");
     assert_ne!(id, same_id, "the burst is");

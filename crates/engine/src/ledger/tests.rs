@@ -7,6 +7,9 @@ const SEC: u64 = 1_000_000;
 fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
     Terms {
         hits,
+        checked: true,
+        reported: 0,
+        max_debt: None,
         mode,
         rate: Rate {
             requests_per_unit: 10,
