@@ -5,7 +5,8 @@ use std::sync::Arc;
 use sluice_core::{Descriptor, SystemClock};
 use sluice_engine::{Code, Engine, EngineMetrics, EngineSettings, GlobalStore, RateLimitRequest};
 
-/// Rules used by the engine tests: `global` is strict, `exact` is exact, `down_*` pick fallbacks.
+/// Rules used by the engine tests: `global` is strict, `exact` is exact, `down_*` pick fallbacks,
+/// `budget` is post-paid.
 pub const RULES: &str = r#"
 domain: t
 descriptors:
@@ -19,6 +20,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, fallback: allow}
   - key: deny
     rate_limit: {unit: hour, requests_per_unit: 1000, fallback: deny}
+  - key: budget
+    rate_limit: {unit: minute, requests_per_unit: 1000, charge: post_paid}
 "#;
 
 /// An engine with `RULES` over `store`.
@@ -51,4 +54,18 @@ pub async fn admitted(e: &Engine, key: &str, value: &str, n: usize) -> usize {
         ok += usize::from(decide(e, key, value).await.overall == Code::Ok);
     }
     ok
+}
+
+/// One decision on `key=value` with an explicit per-descriptor hits_addend (0: a check of a
+/// post-paid rule; more: a report of usage).
+pub async fn decide_hits(e: &Engine, key: &str, value: &str, hits: u64) -> Code {
+    let mut d = Descriptor::of([(key, value)]);
+    d.hits_addend = Some(hits);
+    e.decide(&RateLimitRequest {
+        domain: "t",
+        descriptors: &[d],
+        hits_addend: 0,
+    })
+    .await
+    .overall
 }

@@ -1,0 +1,53 @@
+//! Post-paid usage on a real Redis: reported usage goes into one global debt, whichever sidecar
+//! saw it, and every sidecar's checks are denied within a lease horizon.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::engine::{decide_hits, engine};
+use sluice_engine::Code;
+use sluice_redis::{RedisMetrics, RedisStore};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_to_two_sidecars_make_one_global_debt() {
+    let redis = common::Standalone::start().await;
+    let store = |_| {
+        RedisStore::start(
+            common::standalone_settings(&redis.url()),
+            RedisMetrics::unregistered(),
+        )
+        .expect("store")
+    };
+    let stores: Vec<Arc<RedisStore>> = (0..2).map(store).collect();
+    for s in &stores {
+        common::wait_connected(s).await;
+    }
+    let (a, b) = (engine(stores[0].clone()), engine(stores[1].clone()));
+    // A budget of 1 000 tokens a minute. A sees 800 used, B 900: 1 700 in all.
+    assert_eq!(decide_hits(&a, "budget", "tenant", 0).await, Code::Ok);
+    assert_eq!(decide_hits(&b, "budget", "tenant", 0).await, Code::Ok);
+    assert_eq!(decide_hits(&a, "budget", "tenant", 800).await, Code::Ok);
+    assert_eq!(
+        decide_hits(&b, "budget", "tenant", 900).await,
+        Code::Ok,
+        "a report beyond what is left is charged, not refused"
+    );
+    // Both sidecars learn of the debt within a lease horizon (200 ms by default).
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        decide_hits(&a, "budget", "tenant", 0).await,
+        Code::OverLimit
+    );
+    assert_eq!(
+        decide_hits(&b, "budget", "tenant", 0).await,
+        Code::OverLimit
+    );
+    // Nothing lost: the global bucket holds 1 000 - 1 700 plus a few tokens of refill.
+    let view = a
+        .quota("t", &[sluice_core::Entry::new("budget", "tenant")])
+        .await;
+    let left = view.global_remaining.expect("read");
+    assert!((-700.0..-680.0).contains(&left), "global bucket at {left}");
+}
