@@ -377,40 +377,14 @@ async fn max_keys_bounds_memory() {
     );
 }
 
-/// A store that is down: every call fails as an unreachable Redis would.
-struct DownStore;
-
-impl GlobalStore for DownStore {
-    fn lease<'a>(&'a self, _: &'a str, _: Rate, _: u64) -> StoreFuture<'a, LeaseGrant> {
-        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
-    }
-    fn charge<'a>(&'a self, _: &'a str, _: Rate, _: u64, _: u64) -> StoreFuture<'a, LeaseGrant> {
-        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
-    }
-    fn release<'a>(&'a self, _: &'a str, _: Rate, _: u64) -> StoreFuture<'a, ()> {
-        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
-    }
-    fn peek<'a>(&'a self, _: &'a str, _: Rate) -> StoreFuture<'a, f64> {
-        Box::pin(async { Err(StoreError::Timeout) })
-    }
-    fn reset<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async { Err(StoreError::Timeout) })
-    }
-    fn name(&self) -> &'static str {
-        "down"
-    }
-    fn degraded(&self) -> bool {
-        true
-    }
-    fn live_instances(&self) -> u64 {
-        2
-    }
-}
-
 #[tokio::test]
 async fn fallbacks_apply_while_the_store_is_down() {
     let clock = ManualClock::at(1);
-    let e = engine_on(Arc::new(DownStore), &clock, EngineSettings::default());
+    let e = engine_on(
+        Outage::new(&clock, true, 2),
+        &clock,
+        EngineSettings::default(),
+    );
     let share = [d(&[("ip", "z")])];
     assert_eq!(
         admitted(&e, &share, 20).await,
@@ -434,27 +408,44 @@ async fn fallbacks_apply_while_the_store_is_down() {
 }
 
 /// The in-memory store (real) behind a switch: while `down`, every call fails as an unreachable
-/// Redis would.
+/// Redis would. It reports `instances` live sidecars (for `local_share`).
 struct Outage {
     inner: Arc<MemoryStore<ManualClock>>,
     down: std::sync::atomic::AtomicBool,
+    instances: u64,
 }
 
 impl Outage {
+    fn new(clock: &ManualClock, down: bool, instances: u64) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryStore::new(clock.clone()),
+            down: down.into(),
+            instances,
+        })
+    }
     fn is_down(&self) -> bool {
         self.down.load(std::sync::atomic::Ordering::SeqCst)
     }
     fn set_down(&self, down: bool) {
         self.down.store(down, std::sync::atomic::Ordering::SeqCst);
     }
+    /// `call` on the in-memory store, or a refusal while down (the store is not touched: the
+    /// in-memory store's calls act when made, not when awaited).
+    fn call<'a, T: Send + 'a>(
+        &'a self,
+        call: impl FnOnce(&'a MemoryStore<ManualClock>) -> StoreFuture<'a, T>,
+    ) -> StoreFuture<'a, T> {
+        if self.is_down() {
+            Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+        } else {
+            call(&self.inner)
+        }
+    }
 }
 
 impl GlobalStore for Outage {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        if self.is_down() {
-            return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
-        }
-        self.inner.lease(key, rate, want)
+        self.call(|s| s.lease(key, rate, want))
     }
     fn charge<'a>(
         &'a self,
@@ -463,31 +454,25 @@ impl GlobalStore for Outage {
         tokens: u64,
         max_debt: u64,
     ) -> StoreFuture<'a, LeaseGrant> {
-        if self.is_down() {
-            return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
-        }
-        self.inner.charge(key, rate, tokens, max_debt)
+        self.call(|s| s.charge(key, rate, tokens, max_debt))
     }
     fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        if self.is_down() {
-            return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
-        }
-        self.inner.release(key, rate, tokens)
+        self.call(|s| s.release(key, rate, tokens))
     }
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        if self.is_down() {
-            return Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) });
-        }
-        self.inner.peek(key, rate)
+        self.call(|s| s.peek(key, rate))
     }
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.reset(key)
+        self.call(|s| s.reset(key))
     }
     fn name(&self) -> &'static str {
         "outage"
     }
     fn degraded(&self) -> bool {
         self.is_down()
+    }
+    fn live_instances(&self) -> u64 {
+        self.instances
     }
 }
 
@@ -498,10 +483,7 @@ impl GlobalStore for Outage {
 #[tokio::test]
 async fn an_outage_adds_no_burst_and_the_fallback_pays_for_what_it_spent() {
     let clock = ManualClock::at(1);
-    let store = Arc::new(Outage {
-        inner: MemoryStore::new(clock.clone()),
-        down: false.into(),
-    });
+    let store = Outage::new(&clock, false, 1);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let key = [d(&[("ip", "o")])];
     let mut total = admitted(&e, &key, 30).await;
