@@ -55,6 +55,16 @@ pub enum Payment {
     },
 }
 
+impl Payment {
+    /// The debt bound of a post-paid rule; `None` for a prepaid one.
+    pub const fn max_debt(self) -> Option<u64> {
+        match self {
+            Payment::PostPaid { max_debt } => Some(max_debt),
+            Payment::Prepaid => None,
+        }
+    }
+}
+
 /// The largest `max_debt`: tokens are f64 everywhere (Rust and Lua), exact up to 2^53.
 pub const MAX_DEBT: u64 = 1 << 53;
 

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use sluice_core::Descriptor;
 use sluice_core::config::Mode;
-use sluice_core::rules::Payment;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -158,10 +157,7 @@ impl Leaser {
         deadline: Option<tokio::time::Instant>,
     ) {
         for charge in &plan.charges {
-            let Some(max_debt) = (match charge.info.payment {
-                Payment::PostPaid { max_debt } => Some(max_debt),
-                Payment::Prepaid => None,
-            }) else {
+            let Some(max_debt) = charge.info.payment.max_debt() else {
                 continue;
             };
             if charge.reported == 0 || charge.info.mode == Mode::Local {

@@ -60,10 +60,7 @@ impl Charge {
             hits: self.hits,
             checked: self.checked,
             reported: self.reported,
-            max_debt: match self.info.payment {
-                Payment::PostPaid { max_debt } => Some(max_debt),
-                Payment::Prepaid => None,
-            },
+            max_debt: self.info.payment.max_debt(),
             mode: self.info.mode,
             rate: self.info.rate,
             shadow: self.info.shadow,
