@@ -12,9 +12,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::incoming::CappedIncoming;
 use crate::state::AppState;
 
 /// Serves admin HTTP on `listener` until `stop` is cancelled: at most
@@ -22,22 +23,19 @@ use crate::state::AppState;
 /// each closed when a request's headers take longer than `limits.admin_header_timeout`, or when it
 /// stays idle that long.
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
-    let room = Arc::new(Semaphore::new(state.limits.admin_max_connections));
+    let limits = &state.limits;
+    let mut incoming =
+        CappedIncoming::new(listener, limits.admin_max_connections, limits.tcp_keepalive);
     loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => return,
-            p = Arc::clone(&room).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
-            a = listener.accept() => a,
+            a = incoming.next() => a,
         };
+        // Each connection holds its place until it closes.
         let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
+            None => return,
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
                 // Out of file descriptors and the like: log, back off briefly, keep serving.
                 tracing::warn!(error = %e, "admin accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -49,7 +47,6 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
         let stop = stop.clone();
         let header_timeout = state.limits.admin_header_timeout;
         tasks.spawn(async move {
-            let _permit = permit;
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
                 async move { Ok::<_, Infallible>(handle(&state, &req).await) }

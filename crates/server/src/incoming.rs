@@ -1,7 +1,7 @@
-//! The gRPC port's accept loop, with a cap on open connections: a connection is accepted only
-//! while fewer than the cap are open, so the rest wait in the kernel's listen backlog instead of
-//! each costing an HTTP/2 connection's buffers and a task here (the admin port does the same).
-//! Envoy opens a handful of connections per worker; the cap is far above that.
+//! Accept loops with a cap on open connections (the gRPC and admin ports): a connection is
+//! accepted only while fewer than the cap are open, so the rest wait in the kernel's listen
+//! backlog instead of each costing a connection's buffers and a task here. Envoy opens a handful
+//! of gRPC connections per worker; the caps are far above that.
 
 use std::io;
 use std::pin::Pin;

@@ -12,7 +12,7 @@ use std::time::Duration;
 pub struct Limits {
     /// gRPC: connections open at once (more wait in the listen backlog).
     pub max_connections: usize,
-    /// gRPC: TCP keepalive idle time on accepted connections.
+    /// gRPC and admin: TCP keepalive idle time on accepted connections.
     pub tcp_keepalive: Duration,
     /// gRPC: concurrent HTTP/2 streams one connection may open (Envoy queues beyond it).
     pub max_concurrent_streams: u32,
