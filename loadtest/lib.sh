@@ -22,6 +22,9 @@ serve() {
   exit 1
 }
 
+# Resident memory of process PID, in KiB: rss_kb PID
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
 # Starts the benchmark pair on the same stack: sluice on a config whose one rule (`client`, from
 # the descriptor or ext_authz's x-client header) is never reached, and the no-op handler.
 # bench_servers WORK SLUICE_GRPC_PORT SLUICE_ADMIN_PORT NOOP_PORT; appends both pids to `pids`.

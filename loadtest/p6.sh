@@ -13,7 +13,6 @@ KEYS=${KEYS:-1000000}
 cargo build --release -q -p sluice
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 tracked() { curl -s "localhost:$1/metrics" | awk '/^sluice_tracked_keys / {print $2}'; }
 rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
 data='{"domain":"mem","descriptors":[{"entries":[{"key":"client","value":"client-{{.RequestNumber}}"}]}]}'

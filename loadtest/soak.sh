@@ -43,7 +43,6 @@ write_config 100
 serve 18781 "$work/sluice.log" ./target/release/sluice serve --config "$work/sluice.yaml" \
   --grpc-addr 127.0.0.1:18781 --admin-addr 127.0.0.1:18780 --reload-interval 1s
 pid=$SERVED_PID
-rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
 metric() { curl -s localhost:18780/metrics | awk -v m="$1" '$1 == m {print $2}'; }
 
 rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
@@ -83,7 +82,7 @@ workers+=($!)
 samples=()
 while [ "$SECONDS" -lt "$end" ]; do
   sleep 30
-  samples+=("$(rss_kb)")
+  samples+=("$(rss_kb "$pid")")
 done
 wait "${workers[@]}" 2>/dev/null || true
 rss_mib=$(printf '%s\n' "${samples[@]}" | awk '{printf "%d ", $1/1024}')
