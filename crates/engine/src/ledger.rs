@@ -48,7 +48,7 @@ pub struct LeaseState {
     /// instance's share of the burst, so all instances together owe at most the burst, about
     /// what the global bucket can have refilled during the outage.
     pub owed: u64,
-    /// Post-paid usage charged here but not yet sent to the global store (`Leaser::flush_debt`
+    /// Post-paid usage charged here but not yet sent to the global store (`Leaser::flush_debts`
     /// sends it; a failed call leaves it for the next).
     pub debt_pending: u64,
 }
