@@ -113,8 +113,11 @@ pub struct DescriptorOutcome {
     pub code: Code,
     /// The limit that applied; `None` when none did.
     pub limit: Option<LimitInfo>,
-    /// Whole tokens left after this decision.
+    /// Whole tokens left after this decision (0 while in debt).
     pub remaining: u64,
+    /// Tokens owed after this decision, rounded up: post-paid usage beyond what was left, which
+    /// the bucket refills out of before anything passes (0 when not in debt).
+    pub debt: u64,
     /// Time until the bucket is full again.
     pub until_full: Duration,
     /// When over the limit: time until this request could pass; `None` if it never can, or no
@@ -135,6 +138,7 @@ impl DescriptorOutcome {
             code: Code::Ok,
             limit: None,
             remaining: 0,
+            debt: 0,
             until_full: Duration::ZERO,
             retry_after: None,
             denial: None,

@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use crate::decision::{Code, Decision, DescriptorOutcome, EngineSettings, RateLimitRequest};
 use crate::lease::Leaser;
 use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
-use crate::metrics::EngineMetrics;
+use crate::metrics::{EngineMetrics, UsageOutcome};
 use crate::plan::Plan;
 use crate::quota::{self, KeyFilter, QuotaView, TrackedPage};
 use crate::store::{GlobalStore, StoreError};
@@ -176,6 +176,7 @@ impl Engine {
                 },
                 limit: Some(charge.info),
                 remaining: v.remaining.floor() as u64,
+                debt: v.debt.ceil() as u64,
                 until_full: Duration::from_micros(v.until_full),
                 retry_after: v
                     .retry_after
@@ -187,6 +188,9 @@ impl Engine {
             };
         }
         for (charge, v) in plan.charges.iter().zip(&verdicts) {
+            let metrics = &self.leaser.metrics;
+            metrics.usage(UsageOutcome::Reported, charge.reported);
+            metrics.usage(UsageOutcome::Clamped, v.clamped);
             if v.refill_ahead {
                 self.leaser.refill_ahead(
                     Arc::clone(&charge.bucket),

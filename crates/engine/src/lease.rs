@@ -14,7 +14,7 @@ use crate::bucket::LeaseBucket;
 use crate::decision::EngineSettings;
 use crate::key;
 use crate::ledger::StoreStatus;
-use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome};
+use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
 use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, StoreError};
 use crate::table::Return;
@@ -183,12 +183,8 @@ impl Leaser {
             match result {
                 Ok(grant) => {
                     state.read_global(grant.remaining, now);
-                    if grant.granted < pending {
-                        tracing::debug!(
-                            clamped = pending - grant.granted,
-                            "post-paid usage above the debt bound"
-                        );
-                    }
+                    self.metrics
+                        .usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
                 }
                 // Not charged (refused, or answered with an error): kept for the next call.
                 Err(StoreError::Unavailable(_) | StoreError::Full | StoreError::Protocol(_)) => {
@@ -196,6 +192,7 @@ impl Leaser {
                 }
                 // Cut off: it may have been charged. Sent at most once rather than twice.
                 Err(StoreError::Timeout) => {
+                    self.metrics.usage(UsageOutcome::Unconfirmed, pending);
                     tracing::debug!(pending, "post-paid usage may be lost: the store timed out");
                 }
             }

@@ -263,26 +263,26 @@ impl Terms {
 
     /// Charges post-paid usage in full, whether or not the request passed (it already happened):
     /// a local bucket goes into debt at once (down to `max_debt`); a leased rule pays from its
-    /// lease first and leaves the rest pending for the global store.
-    fn report(&self, s: &mut LeaseState, mode: Mode, rate: &Rate, now: u64) {
+    /// lease first and leaves the rest pending for the global store. Returns the tokens dropped
+    /// at the debt bound here (the store may clamp more of what is pending).
+    fn report(&self, s: &mut LeaseState, mode: Mode, rate: &Rate, now: u64) -> u64 {
         let max_debt = self.max_debt.unwrap_or(0);
         if self.mode == Mode::Local {
-            s.local.charge(rate, now, self.reported, max_debt);
-            return;
+            return self.reported - s.local.charge(rate, now, self.reported, max_debt);
         }
         let from_lease = self.reported.min(s.lease);
         s.lease -= from_lease;
+        let rest = self.reported - from_lease;
         // More than the burst plus the debt bound can never be charged: the store clamps it.
         let cap = self.rate.burst.saturating_add(max_debt);
-        s.debt_pending = s
-            .debt_pending
-            .saturating_add(self.reported - from_lease)
-            .min(cap);
+        let pending = s.debt_pending.saturating_add(rest).min(cap);
+        let clamped = rest - (pending - s.debt_pending);
+        s.debt_pending = pending;
         if mode == Mode::Local {
             // The store is down: this instance's own checks see the debt meanwhile.
-            s.local
-                .charge(rate, now, self.reported - from_lease, max_debt);
+            s.local.charge(rate, now, rest, max_debt);
         }
+        clamped
     }
 
     /// Whether the store-down fallback decides without looking at any bucket.
@@ -341,8 +341,13 @@ impl Terms {
 pub struct Verdict {
     /// Why this bucket denies (`None`: it paid, or could have). Shadow rules report it too.
     pub denial: Option<Denial>,
-    /// Tokens left after the decision, as this instance knows them.
+    /// Tokens left after the decision, as this instance knows them (0 while in debt).
     pub remaining: f64,
+    /// Tokens owed after the decision (post-paid usage beyond what was left), as this instance
+    /// knows them; 0 when not in debt.
+    pub debt: f64,
+    /// Reported usage dropped at the debt bound by this decision.
+    pub clamped: u64,
     /// Microseconds until the bucket is full again.
     pub until_full: u64,
     /// When denied: microseconds until this request could pass; `None` if it never can.
@@ -354,7 +359,9 @@ pub struct Verdict {
     pub refill_ahead: bool,
 }
 
-/// The outcome of [`settle`].
+/// The outcome of [`settle`]. Returned on the stack once per decision: boxing the verdicts would
+/// cost an allocation per request to save moving a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settlement {
     /// Nothing was charged: a leased bucket came up short although its key is not starved (a
@@ -426,20 +433,25 @@ pub fn settle(
                     && s.lease_is_low()
                     && now >= s.retry_at;
             }
-            if t.reported > 0 {
-                t.report(s, mode, &rate, now);
-            }
+            let clamped = if t.reported > 0 {
+                t.report(s, mode, &rate, now)
+            } else {
+                0
+            };
             let held = if t.owes_store() { s.lease as f64 } else { 0.0 };
-            let remaining = (s.remaining(mode, &rate, now) + held).max(0.0);
+            // Below zero while in debt: waits count the time to repay it.
+            let balance = s.remaining(mode, &rate, now) + held;
             let denial = p.err();
             let retry_after = match denial {
-                Some(Denial::Empty) => rate.micros_until(remaining, t.need() as f64),
+                Some(Denial::Empty) => rate.micros_until(balance, t.need() as f64),
                 _ => None,
             };
             Verdict {
                 denial,
-                remaining,
-                until_full: rate.micros_until_full(remaining),
+                remaining: balance.max(0.0),
+                debt: (-balance).max(0.0),
+                clamped,
+                until_full: rate.micros_until_full(balance),
                 retry_after,
                 fallback: matches!(t.store, StoreStatus::Down { .. }),
                 refill_ahead,

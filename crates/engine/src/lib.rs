@@ -41,5 +41,5 @@ pub use decision::{
 };
 pub use engine::Engine;
 pub use memory::MemoryStore;
-pub use metrics::{EngineMetrics, StoreOp, StoreOutcome};
+pub use metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
 pub use store::{GlobalStore, LeaseGrant, StoreError};

@@ -1,7 +1,8 @@
 //! The engine's Prometheus series. Labels are fixed words, never descriptor values.
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry,
 };
 
 /// Engine metrics, registered into an explicitly passed registry.
@@ -17,6 +18,11 @@ pub struct EngineMetrics {
     pub lease_tokens: IntCounterVec,
     /// `sluice_evictions_total{reason}`: keys dropped (idle, capacity).
     pub evictions: IntCounterVec,
+    /// `sluice_usage_tokens_total{outcome}`: post-paid usage reported (`reported`), dropped at
+    /// a rule's debt bound (`clamped`), or sent to a store that timed out and may not have charged
+    /// it (`unconfirmed`; never sent twice). Charged = reported - clamped - unconfirmed.
+    /// A float counter: absurd reports (up to `u64::MAX` each) must not wrap it.
+    pub usage_tokens: CounterVec,
     /// `sluice_keys_refused_total`: new keys not tracked because `max_keys` was reached and no
     /// tracked key was at rest (their requests were denied).
     pub keys_refused: IntCounter,
@@ -26,6 +32,19 @@ pub struct EngineMetrics {
     /// `sluice_lease_tokens_total{event="granted"}` and `{event="returned"}`.
     granted: IntCounter,
     returned: IntCounter,
+    /// `sluice_usage_tokens_total` by outcome: reported, clamped, unconfirmed.
+    usage: [Counter; 3],
+}
+
+/// What became of post-paid usage (the `outcome` label of `sluice_usage_tokens_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageOutcome {
+    /// Reported to this instance.
+    Reported = 0,
+    /// Dropped at the rule's debt bound.
+    Clamped = 1,
+    /// Sent to the store, which timed out: it may not have been charged.
+    Unconfirmed = 2,
 }
 
 /// A global store operation (the `op` label).
@@ -91,6 +110,13 @@ impl EngineMetrics {
             ),
             &["event"],
         )?;
+        let usage_tokens = CounterVec::new(
+            Opts::new(
+                "sluice_usage_tokens_total",
+                "Post-paid usage tokens: reported, clamped at the debt bound, or unconfirmed (store timed out)",
+            ),
+            &["outcome"],
+        )?;
         let ops = OPS.map(|op| OpSeries {
             calls: OUTCOMES.map(|outcome| store_calls.with_label_values(&[op, outcome])),
             latency: store_latency.with_label_values(&[op]),
@@ -99,6 +125,9 @@ impl EngineMetrics {
             ops,
             granted: lease_tokens.with_label_values(&["granted"]),
             returned: lease_tokens.with_label_values(&["returned"]),
+            usage: ["reported", "clamped", "unconfirmed"]
+                .map(|outcome| usage_tokens.with_label_values(&[outcome])),
+            usage_tokens,
             store_calls,
             store_latency,
             lease_tokens,
@@ -121,6 +150,7 @@ impl EngineMetrics {
         registry.register(Box::new(m.lease_tokens.clone()))?;
         registry.register(Box::new(m.evictions.clone()))?;
         registry.register(Box::new(m.keys_refused.clone()))?;
+        registry.register(Box::new(m.usage_tokens.clone()))?;
         Ok(m)
     }
 
@@ -139,6 +169,13 @@ impl EngineMetrics {
     /// Counts tokens given back to the store.
     pub fn tokens_returned(&self, tokens: u64) {
         self.returned.inc_by(tokens);
+    }
+
+    /// Counts post-paid usage tokens by what became of them.
+    pub fn usage(&self, outcome: UsageOutcome, tokens: u64) {
+        if tokens > 0 {
+            self.usage[outcome as usize].inc_by(tokens as f64);
+        }
     }
 
     /// Metrics registered into a private registry (tests, benchmarks).

@@ -126,13 +126,16 @@ impl Plan {
                 plan.by_descriptor.push(None);
                 continue;
             };
-            // Envoy's request-time check of a post-paid limit sends an explicit 0 (a peek), and
-            // the report after the response the usage: an explicit count on a post-paid rule.
-            let post_paid = matches!(m.info.payment, Payment::PostPaid { .. });
-            let (hits, reported) = match d.hits_addend {
-                Some(n) if post_paid && n > 0 => (None, n),
-                Some(n) => (Some(n), 0),
-                None => (Some(default_hits), 0),
+            // A post-paid rule is never paid before the request: a count (the descriptor's, else
+            // the request's) is usage reported after it, and no count is a check (a peek).
+            // Envoy's request-time entry sends an explicit 0, its stream-done entry the usage;
+            // ext_authz sends no count at all.
+            let (hits, reported) = match (m.info.payment, d.hits_addend) {
+                (Payment::PostPaid { .. }, n) => match n.unwrap_or(req.hits_addend) {
+                    0 => (Some(0), 0),
+                    n => (None, n),
+                },
+                (Payment::Prepaid, n) => (Some(n.unwrap_or(default_hits)), 0),
             };
             // The same key twice in one request is one bucket (found by key, not by bucket:
             // an untracked bucket made for a key with no room is made once per request too).

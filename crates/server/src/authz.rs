@@ -86,7 +86,9 @@ impl Authorization for Authz {
             .decide(&RateLimitRequest {
                 domain: &plan.domain,
                 descriptors: &descriptors,
-                hits_addend: 1,
+                // One hit on prepaid rules (0 means 1); a check on post-paid ones, whose usage
+                // is reported after the response (`sluice.v1.Usage/Report`).
+                hits_addend: 0,
             })
             .await;
         crate::shadow::apply(

@@ -60,27 +60,7 @@ async fn three_processes_share_one_limit_through_redis() {
     // Every sidecar reports the same global bucket (what is left, not counting leases).
     let mut seen = Vec::new();
     for s in &sidecars {
-        let out = std::process::Command::new(common::bin())
-            .args([
-                "quota",
-                "get",
-                "--addr",
-                &s.grpc.to_string(),
-                "--domain",
-                "edge",
-                "-d",
-                "tenant=acme",
-                "-o",
-                "json",
-            ])
-            .output()
-            .expect("sluice quota get");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let v = common::quota_get_json(&s.grpc.to_string(), "edge", &["tenant=acme"]);
         assert_eq!(
             (v["rule"].as_str(), v["store"].as_str()),
             (Some("per_tenant"), Some("redis")),

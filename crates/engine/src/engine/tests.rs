@@ -773,47 +773,4 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
     assert!(fell_back > 0, "some queued long enough to use the fallback");
 }
 
-/// `key=value` with an explicit per-descriptor hits_addend (Envoy's post-paid entries).
-fn with_hits(key: &str, value: &str, hits: u64) -> Descriptor {
-    let mut d = d(&[(key, value)]);
-    d.hits_addend = Some(hits);
-    d
-}
-
-/// Post-paid: a report (explicit hits) is charged in full beyond what is left and answered OK; a
-/// check (explicit 0) is denied while the bucket is empty or in debt and passes once it is
-/// repaid; an absurd report is clamped at the debt bound (default: the burst), so the key is
-/// back within `(B + max_debt) / L`. Leased (on the store) and local alike.
-#[tokio::test]
-async fn post_paid_usage_goes_into_debt_and_checks_wait_until_it_is_repaid() {
-    for key in ["tokens", "local_tokens"] {
-        let clock = ManualClock::at(1);
-        let (e, _store) = engine(&clock);
-        let check = [with_hits(key, "t", 0)];
-        let code = |dec: Decision| dec.overall;
-        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: full");
-        assert_eq!(
-            code(ask(&e, &[with_hits(key, "t", 15)]).await),
-            Code::Ok,
-            "{key}: a report is never denied"
-        );
-        assert_eq!(code(ask(&e, &check).await), Code::OverLimit, "{key}: -5");
-        clock.advance_millis(500);
-        assert_eq!(code(ask(&e, &check).await), Code::OverLimit, "{key}: 0");
-        clock.advance_millis(100);
-        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: 1");
-        assert_eq!(
-            code(ask(&e, &[with_hits(key, "t", u64::MAX)]).await),
-            Code::Ok,
-            "{key}"
-        );
-        clock.advance_millis(1_000);
-        assert_eq!(
-            code(ask(&e, &check).await),
-            Code::OverLimit,
-            "{key}: clamped at -10, 0 a second later"
-        );
-        clock.advance_millis(100);
-        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: repaid");
-    }
-}
+mod post_paid;

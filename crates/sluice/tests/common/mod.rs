@@ -40,3 +40,21 @@ pub fn rls_request(
         hits_addend: 0,
     }
 }
+
+/// `sluice quota get --addr ADDR --domain DOMAIN -d E… -o json`, parsed (panics if it fails).
+pub fn quota_get_json(addr: &str, domain: &str, entries: &[&str]) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "quota", "get", "--addr", addr, "--domain", domain, "-o", "json",
+    ]);
+    for e in entries {
+        cmd.args(["-d", e]);
+    }
+    let out = cmd.output().expect("sluice quota get");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}

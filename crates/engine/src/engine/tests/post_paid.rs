@@ -1,0 +1,145 @@
+//! Post-paid rules (`charge: post_paid`): reports go into bounded debt, checks wait it out.
+
+use super::*;
+
+/// `key=value` with an explicit per-descriptor hits_addend (Envoy's post-paid entries).
+fn with_hits(key: &str, value: &str, hits: u64) -> Descriptor {
+    let mut d = d(&[(key, value)]);
+    d.hits_addend = Some(hits);
+    d
+}
+
+async fn ask_with(e: &Engine, ds: &[Descriptor], hits_addend: u64) -> Decision {
+    e.decide(&RateLimitRequest {
+        domain: "d",
+        descriptors: ds,
+        hits_addend,
+    })
+    .await
+}
+
+fn usage(e: &Engine, outcome: &str) -> f64 {
+    e.leaser
+        .metrics
+        .usage_tokens
+        .with_label_values(&[outcome])
+        .get()
+}
+
+/// Post-paid: a report (explicit hits) is charged in full beyond what is left and answered OK; a
+/// check (explicit 0) is denied while the bucket is empty or in debt and passes once it is
+/// repaid; an absurd report is clamped at the debt bound (default: the burst), so the key is
+/// back within `(B + max_debt) / L`. Leased (on the store) and local alike.
+#[tokio::test]
+async fn post_paid_usage_goes_into_debt_and_checks_wait_until_it_is_repaid() {
+    for key in ["tokens", "local_tokens"] {
+        let clock = ManualClock::at(1);
+        let (e, _store) = engine(&clock);
+        let check = [with_hits(key, "t", 0)];
+        let code = |dec: Decision| dec.overall;
+        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: full");
+        assert_eq!(
+            code(ask(&e, &[with_hits(key, "t", 15)]).await),
+            Code::Ok,
+            "{key}: a report is never denied"
+        );
+        let denied = ask(&e, &check).await.outcomes[0];
+        assert_eq!(denied.code, Code::OverLimit, "{key}: -5");
+        assert_eq!((denied.remaining, denied.debt), (0, 5), "{key}");
+        assert_eq!(
+            denied.retry_after,
+            Some(Duration::from_millis(600)),
+            "{key}: 5 to repay and 1 to pass, at 10 a second"
+        );
+        assert_eq!(denied.until_full, Duration::from_millis(1_500), "{key}");
+        clock.advance_millis(500);
+        assert_eq!(code(ask(&e, &check).await), Code::OverLimit, "{key}: 0");
+        clock.advance_millis(100);
+        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: 1");
+        assert_eq!(
+            code(ask(&e, &[with_hits(key, "t", u64::MAX)]).await),
+            Code::Ok,
+            "{key}"
+        );
+        clock.advance_millis(1_000);
+        assert_eq!(
+            code(ask(&e, &check).await),
+            Code::OverLimit,
+            "{key}: clamped at -10, 0 a second later"
+        );
+        clock.advance_millis(100);
+        assert_eq!(code(ask(&e, &check).await), Code::Ok, "{key}: repaid");
+        assert_eq!(usage(&e, "reported"), 15.0 + u64::MAX as f64, "{key}");
+        let clamped = usage(&e, "clamped");
+        assert!(
+            clamped >= u64::MAX as f64 - 20.0 && clamped <= u64::MAX as f64,
+            "{key}: what went past the bound is counted: {clamped}"
+        );
+        // Many absurd reports: still bounded, the counter does not wrap.
+        for _ in 0..3 {
+            ask(&e, &[with_hits(key, "t", u64::MAX)]).await;
+        }
+        assert!(usage(&e, "clamped") > 3.0 * u64::MAX as f64, "{key}");
+        let after = ask(&e, &check).await.outcomes[0];
+        assert_eq!(after.debt, 10, "{key}: the bound holds");
+    }
+}
+
+/// On a post-paid rule a request never pays before: no count (ext_authz, or a route-level entry
+/// Envoy sends without one) is a check, and a request-wide count is usage reported.
+#[tokio::test]
+async fn on_a_post_paid_rule_no_count_is_a_check_and_a_request_wide_count_is_a_report() {
+    for key in ["tokens", "local_tokens"] {
+        let clock = ManualClock::at(1);
+        let (e, _store) = engine(&clock);
+        let plain = [d(&[(key, "t")])];
+        for _ in 0..20 {
+            let o = ask(&e, &plain).await.outcomes[0];
+            assert_eq!(
+                (o.code, o.remaining),
+                (Code::Ok, 10),
+                "{key}: checks charge nothing"
+            );
+        }
+        let reported = ask_with(&e, &plain, 12).await;
+        assert_eq!(
+            reported.overall,
+            Code::Ok,
+            "{key}: a report is never denied"
+        );
+        let o = ask(&e, &plain).await.outcomes[0];
+        assert_eq!((o.code, o.debt), (Code::OverLimit, 2), "{key}");
+    }
+}
+
+/// One request reports several budgets (input and output tokens, per tenant and per model) and
+/// checks a prepaid limit: every report is charged, also when the prepaid limit denies.
+#[tokio::test]
+async fn one_request_charges_every_budget_it_reports() {
+    let clock = ManualClock::at(1);
+    let (e, _store) = engine(&clock);
+    let request = |input, output| {
+        [
+            with_hits("tokens", "input", input),
+            with_hits("tokens", "output", output),
+            with_hits("local_tokens", "output", output),
+            d(&[("user", "u")]),
+        ]
+    };
+    let first = ask(&e, &request(3, 4)).await;
+    assert_eq!(first.overall, Code::Ok);
+    let left: Vec<u64> = first.outcomes.iter().map(|o| o.remaining).collect();
+    assert_eq!(left, [7, 6, 6, 1], "each budget charged its own usage");
+    assert_eq!(ask(&e, &request(1, 1)).await.overall, Code::Ok);
+    let denied = ask(&e, &request(9, 9)).await;
+    assert_eq!(denied.overall, Code::OverLimit, "per_user: 2 a minute");
+    let state: Vec<(u64, u64)> = denied.outcomes[..3]
+        .iter()
+        .map(|o| (o.remaining, o.debt))
+        .collect();
+    assert_eq!(
+        state,
+        [(0, 3), (0, 4), (0, 4)],
+        "the usage happened: charged although the request is denied"
+    );
+}

@@ -1,0 +1,167 @@
+//! `deploy/examples/llm-tokens` end to end, as shipped: two pods (each an Envoy 1.40 and a sluice)
+//! share one Redis; a stand-in LLM API reports the tokens each response used in headers; Envoy
+//! checks the tenant's budgets before each request and reports the usage when the stream ends.
+//!
+//! The example files are used unchanged but for their ports and the Redis address, so the example
+//! a user copies is the one this test runs.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Envoy, free_port, http_get};
+use sluice_testkit::process::Sluice;
+use sluice_testkit::redis::Standalone;
+
+fn example(name: &str) -> String {
+    let path: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "../../deploy/examples/llm-tokens",
+        name,
+    ]
+    .iter()
+    .collect();
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `text` with each `port_value: FROM` replaced by `port_value: TO`; each must be present.
+fn with_ports(text: &str, ports: &[(u16, u16)]) -> String {
+    ports.iter().fold(text.to_string(), |t, (from, to)| {
+        let from = format!("port_value: {from}");
+        assert!(t.contains(&from), "the example has no {from}");
+        t.replace(&from, &format!("port_value: {to}"))
+    })
+}
+
+/// One pod: an Envoy on its own port in front of its own sluice.
+struct Pod {
+    http: u16,
+    sluice: Sluice,
+    _envoy: Envoy,
+}
+
+struct Example {
+    pods: [Pod; 2],
+    _upstream: Envoy,
+    _redis: Standalone,
+}
+
+async fn example_stack() -> Example {
+    let redis = Standalone::start().await;
+    let sluice_yaml = example("sluice.yaml");
+    assert!(sluice_yaml.contains("redis://127.0.0.1:6379"));
+    let sluice_yaml = sluice_yaml.replace("redis://127.0.0.1:6379", &redis.url());
+    let llm = free_port();
+    let upstream = Envoy::start(
+        &with_ports(&example("upstream.yaml"), &[(9000, llm)]),
+        &[llm],
+    );
+    let pod = || {
+        let sluice = common::start(&sluice_yaml);
+        let http = free_port();
+        let envoy_yaml = with_ports(
+            &example("envoy.yaml"),
+            &[(10000, http), (8081, sluice.grpc.port()), (9000, llm)],
+        );
+        Pod {
+            http,
+            _envoy: Envoy::start(&envoy_yaml, &[http]),
+            sluice,
+        }
+    };
+    Example {
+        pods: [pod(), pod()],
+        _upstream: upstream,
+        _redis: redis,
+    }
+}
+
+/// A chat request from `tenant` for `model`; the stand-in reports `input` and `output` tokens.
+fn chat(pod: &Pod, tenant: &str, model: &str, input: u64, output: u64) -> u16 {
+    let (input, output) = (input.to_string(), output.to_string());
+    http_get(
+        pod.http,
+        "/v1/chat/completions",
+        &[
+            ("x-tenant", tenant),
+            ("x-model", model),
+            ("x-demo-input-tokens", &input),
+            ("x-demo-output-tokens", &output),
+        ],
+    )
+    .status
+}
+
+/// Polls (with requests that report nothing) until `pod` answers `want` for `tenant` and `model`;
+/// the report of the previous response reaches sluice after the client has its answer.
+fn wait_for_status(pod: &Pod, tenant: &str, model: &str, want: u16) -> Duration {
+    let start = Instant::now();
+    loop {
+        let got = chat(pod, tenant, model, 0, 0);
+        if got == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{tenant}/{model} still answered {got}, not {want}, after 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Global remaining of one budget, as `sluice quota get -o json` shows it on `pod`.
+fn global_remaining(pod: &Pod, entries: &[&str]) -> f64 {
+    let view = common::quota_get_json(&pod.sluice.grpc.to_string(), "llm", entries);
+    view["global_remaining"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no global_remaining in {view}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_is_denied_once_its_reported_tokens_pass_the_budget_on_either_pod() {
+    let ex = example_stack().await;
+    let [a, b] = &ex.pods;
+    // Input budget 1 000 a minute. Each pod sees one response that used 600 prompt tokens: each
+    // check passes (the budget is not spent when it is made), and both reports are charged.
+    assert_eq!(chat(a, "acme", "small", 600, 10), 200);
+    assert_eq!(chat(b, "acme", "small", 600, 10), 200);
+    // 1 200 of 1 000 are used: both pods deny acme, whichever pod saw the usage.
+    let took_a = wait_for_status(a, "acme", "small", 429);
+    let took_b = wait_for_status(b, "acme", "small", 429);
+    eprintln!("denied on a after {took_a:?}, on b after {took_b:?}");
+    // Nothing lost: the global bucket is 200 in debt, less what refilled (1 000 a minute).
+    let input = global_remaining(a, &["budget=input", "tenant=acme"]);
+    assert!(
+        (-200.0..=-150.0).contains(&input),
+        "input budget at {input}"
+    );
+    // Another tenant is unaffected.
+    assert_eq!(chat(a, "globex", "small", 1, 1), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_budget_a_response_reports_is_charged() {
+    let ex = example_stack().await;
+    let [a, b] = &ex.pods;
+    // Output tokens count against the tenant (2 000 a minute) and, for the large model, against
+    // the tenant's large-model budget (500 a minute); prompt tokens against the input budget.
+    assert_eq!(chat(a, "initech", "large", 100, 300), 200);
+    assert_eq!(chat(b, "initech", "large", 100, 300), 200);
+    wait_for_status(a, "initech", "large", 429);
+    wait_for_status(b, "initech", "large", 429);
+    // The large-model budget is in debt; the tenant's other budgets still have room.
+    assert_eq!(chat(a, "initech", "small", 0, 0), 200);
+    let large = global_remaining(b, &["budget=output", "tenant=initech", "model=large"]);
+    let output = global_remaining(b, &["budget=output", "tenant=initech"]);
+    let input = global_remaining(b, &["budget=input", "tenant=initech"]);
+    assert!(
+        (-100.0..=-90.0).contains(&large),
+        "large-model budget at {large}"
+    );
+    assert!(
+        (1_400.0..=1_450.0).contains(&output),
+        "output budget at {output}"
+    );
+    assert!((800.0..=830.0).contains(&input), "input budget at {input}");
+}
