@@ -25,15 +25,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // builds sluice without installing protoc.
     let protoc_include = protoc_bin_vendored::include_path()?;
     let proto_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let quota = proto_root.join("sluice/v1/quota.proto");
-    println!("cargo:rerun-if-changed={}", quota.display());
+    let protos = ["quota", "usage"].map(|p| proto_root.join(format!("sluice/v1/{p}.proto")));
+    for p in &protos {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
     println!("cargo:rerun-if-env-changed=SLUICE_ENVOY_TYPES_DIR");
 
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("sluice_descriptor.bin"))
-        .compile_with_config(config, &[quota], &[proto_root, protoc_include])?;
+        .compile_with_config(config, &protos, &[proto_root, protoc_include])?;
 
     let envoy_set = std::fs::read(envoy_types_bin()?)?;
     let filtered = filter_descriptor_set(&envoy_set, ENVOY_ROOTS)?;

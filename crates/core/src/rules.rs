@@ -56,6 +56,14 @@ pub enum Payment {
 }
 
 impl Payment {
+    /// The word the config uses: `prepaid` or `post_paid`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Payment::Prepaid => "prepaid",
+            Payment::PostPaid { .. } => "post_paid",
+        }
+    }
+
     /// The debt bound of a post-paid rule; `None` for a prepaid one.
     pub const fn max_debt(self) -> Option<u64> {
         match self {

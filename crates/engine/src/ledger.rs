@@ -439,8 +439,10 @@ pub fn settle(
                 0
             };
             let held = if t.owes_store() { s.lease as f64 } else { 0.0 };
-            // Below zero while in debt: waits count the time to repay it.
-            let balance = s.remaining(mode, &rate, now) + held;
+            // Below zero while in debt: waits count the time to repay it. Never below the debt
+            // bound: usage pending for the store counts only as far as the store will charge it.
+            let floor = -(t.max_debt.unwrap_or(0) as f64);
+            let balance = (s.remaining(mode, &rate, now) + held).max(floor);
             let denial = p.err();
             let retry_after = match denial {
                 Some(Denial::Empty) => rate.micros_until(balance, t.need() as f64),

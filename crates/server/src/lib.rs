@@ -27,6 +27,7 @@ pub mod rls;
 pub mod serve;
 pub mod shadow;
 pub mod state;
+pub mod usage;
 pub mod validate;
 
 pub use serve::{ServeError, ServeOptions, serve};

@@ -17,6 +17,8 @@ pub enum Api {
     Rls,
     /// `Authorization/Check`.
     Authz,
+    /// `sluice.v1.Usage/Report`.
+    Report,
 }
 
 impl Api {
@@ -25,6 +27,7 @@ impl Api {
         match self {
             Self::Rls => "rls",
             Self::Authz => "authz",
+            Self::Report => "report",
         }
     }
 }
@@ -63,6 +66,7 @@ pub struct ServerMetrics {
     pub resets: IntCounterVec,
     rls: ApiSeries,
     authz: ApiSeries,
+    report: ApiSeries,
     /// Resolved decision counters for the rule set in force (replaced after a reload).
     rule_series: Arc<ArcSwapOption<RuleSeries>>,
 }
@@ -108,6 +112,7 @@ impl ServerMetrics {
         let m = Self {
             rls: api(Api::Rls),
             authz: api(Api::Authz),
+            report: api(Api::Report),
             requests,
             latency,
             decisions,
@@ -166,6 +171,7 @@ impl ServerMetrics {
         match api {
             Api::Rls => &self.rls,
             Api::Authz => &self.authz,
+            Api::Report => &self.report,
         }
     }
 

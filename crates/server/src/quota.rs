@@ -131,6 +131,10 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
         r.mode
     };
     out.fallback = r.fallback;
+    out.charge = r.charge;
+    out.max_debt = r.max_debt;
+    // Whole tokens owed, rounded up (a bucket at -0.2 still denies checks).
+    out.debt = (-out.global_remaining).max(0.0).ceil() as u64;
     out
 }
 
@@ -155,7 +159,7 @@ fn cursor_of(token: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn prost_duration(d: Duration) -> prost_types::Duration {
+pub(crate) fn prost_duration(d: Duration) -> prost_types::Duration {
     let (seconds, nanos) = crate::rls::pb_parts(d);
     prost_types::Duration { seconds, nanos }
 }
@@ -326,6 +330,7 @@ pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
             rate,
             mode,
             fallback,
+            payment,
             ..
         } => {
             out.requests_per_unit = rate.requests_per_unit;
@@ -333,6 +338,8 @@ pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
             out.burst = rate.burst;
             out.mode = mode.as_str().into();
             out.fallback = fallback.as_str().into();
+            out.charge = payment.as_str().into();
+            out.max_debt = payment.max_debt().unwrap_or(0);
         }
     }
     out

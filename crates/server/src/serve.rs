@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
 use sluice_proto::sluice::v1::quota_server::QuotaServer;
+use sluice_proto::sluice::v1::usage_server::UsageServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
@@ -17,12 +18,14 @@ use crate::quota::QuotaService;
 use crate::reload::{ReloadMetrics, ReloadOptions};
 use crate::rls::Rls;
 use crate::state::AppState;
+use crate::usage::UsageService;
 
 /// The gRPC services sluice serves (and advertises by reflection).
 pub const SERVICES: &[&str] = &[
     "envoy.service.ratelimit.v3.RateLimitService",
     "envoy.service.auth.v3.Authorization",
     "sluice.v1.Quota",
+    "sluice.v1.Usage",
     "grpc.health.v1.Health",
 ];
 
@@ -133,7 +136,8 @@ pub async fn serve(
         .add_service(reflection_alpha.build_v1alpha()?)
         .add_service(RateLimitServiceServer::new(Rls::new(Arc::clone(&state))))
         .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))))
-        .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))));
+        .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))))
+        .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))));
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s
     // instead of tens of thousands), and at most `max_connections` open.
     let incoming = CappedIncoming::new(grpc, limits.max_connections, limits.tcp_keepalive);

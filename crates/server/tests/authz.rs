@@ -2,53 +2,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{CONFIG, TestServer};
-use sluice_proto::envoy::auth::attribute_context::{HttpRequest, Peer, Request};
+use common::{CONFIG, TestServer, headers_of};
+use sluice_proto::envoy::auth::CheckRequest;
 use sluice_proto::envoy::auth::check_response::HttpResponse;
-use sluice_proto::envoy::auth::{AttributeContext, CheckRequest, CheckResponse};
-use sluice_proto::envoy::core::{Address, SocketAddress, address};
 
 fn check(xff: &str) -> CheckRequest {
-    let mut headers = HashMap::new();
-    headers.insert("x-forwarded-for".to_string(), xff.to_string());
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            source: Some(Peer {
-                address: Some(Address {
-                    address: Some(address::Address::SocketAddress(SocketAddress {
-                        address: "192.0.2.1".into(),
-                        ..SocketAddress::default()
-                    })),
-                }),
-                ..Peer::default()
-            }),
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    method: "GET".into(),
-                    path: "/hello".into(),
-                    host: "example.com".into(),
-                    headers,
-                    ..HttpRequest::default()
-                }),
-                ..Request::default()
-            }),
-            ..AttributeContext::default()
-        }),
-    }
-}
-
-fn headers_of(resp: &CheckResponse) -> HashMap<String, String> {
-    let list = match &resp.http_response {
-        Some(HttpResponse::OkResponse(ok)) => &ok.response_headers_to_add,
-        Some(HttpResponse::DeniedResponse(denied)) => &denied.headers,
-        other => panic!("unexpected http_response {other:?}"),
-    };
-    list.iter()
-        .filter_map(|h| h.header.as_ref())
-        .map(|h| (h.key.clone(), h.value.clone()))
-        .collect()
+    common::check_request(&[("x-forwarded-for", xff)])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

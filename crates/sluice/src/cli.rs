@@ -62,6 +62,17 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         hits: u32,
     },
+    /// Report usage a request already had to a post-paid rule (sluice.v1.Usage/Report): charged
+    /// in full, even into debt, and print the budget after it.
+    Report {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// Tokens used.
+        #[arg(long)]
+        tokens: u64,
+    },
 }
 
 /// Where the running sluice is, and how to print.

@@ -1,4 +1,4 @@
-//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check`.
+//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check`, `sluice report`.
 
 use std::time::Duration;
 
@@ -15,6 +15,9 @@ use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
+
+mod usage;
+pub use usage::report;
 
 /// A Quota client for reads: sends `authorization: Bearer $SLUICE_READ_TOKEN` when that is set
 /// (a server with `admin.read_token_*` needs it; the token never appears on the command line).
@@ -317,6 +320,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
             "unit": s.unit, "burst": s.burst, "global_remaining": s.global_remaining, "local_lease": s.local_lease,
             "until_full_seconds": until_full, "mode": s.mode, "fallback": s.fallback, "shadow_mode": s.shadow_mode,
             "degraded": s.degraded, "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
+            "charge": s.charge, "debt": s.debt, "max_debt": s.max_debt,
         })
         .to_string());
         return;
@@ -325,7 +329,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         out(&format!("not limited: {}", s.reason));
         return;
     }
-    let rows = vec![
+    let mut rows = vec![
         vec!["rule".to_string(), s.rule.clone()],
         vec!["matched because".into(), s.reason.clone()],
         vec![
@@ -337,6 +341,20 @@ fn print_state(s: &pb::QuotaState, output: Output) {
             format!("{:.2}", s.global_remaining),
         ],
         vec!["this instance's lease".into(), s.local_lease.to_string()],
+    ];
+    if s.charge == "post_paid" {
+        let debt = if s.debt > 0 {
+            format!("{} (checks denied until repaid)", s.debt)
+        } else {
+            "0".into()
+        };
+        rows.push(vec![
+            "charge".into(),
+            format!("post_paid (max debt {})", s.max_debt),
+        ]);
+        rows.push(vec!["debt".into(), debt]);
+    }
+    rows.extend([
         vec!["full again in".into(), format!("{until_full:.1}s")],
         vec![
             "mode".into(),
@@ -359,7 +377,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
                 }
             ),
         ],
-    ];
+    ]);
     table(&rows);
 }
 

@@ -44,6 +44,11 @@ fn main() -> ExitCode {
             descriptor,
             hits,
         } => client_command(client::check(target, descriptor, hits)),
+        Command::Report {
+            target,
+            descriptor,
+            tokens,
+        } => client_command(client::report(target, descriptor, tokens)),
         Command::Config {
             command: ConfigCommand::Check { path },
         } => match config::load(&path) {

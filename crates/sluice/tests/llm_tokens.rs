@@ -131,13 +131,56 @@ async fn a_tenant_is_denied_once_its_reported_tokens_pass_the_budget_on_either_p
     let took_b = wait_for_status(b, "acme", "small", 429);
     eprintln!("denied on a after {took_a:?}, on b after {took_b:?}");
     // Nothing lost: the global bucket is 200 in debt, less what refilled (1 000 a minute).
-    let input = global_remaining(a, &["budget=input", "tenant=acme"]);
+    let view = common::quota_get_json(
+        &b.sluice.grpc.to_string(),
+        "llm",
+        &["budget=input", "tenant=acme"],
+    );
+    let input = view["global_remaining"].as_f64().expect("global_remaining");
     assert!(
         (-200.0..=-150.0).contains(&input),
         "input budget at {input}"
     );
-    // Another tenant is unaffected.
+    assert_eq!(view["charge"], "post_paid");
+    assert!(
+        (150..=200).contains(&view["debt"].as_u64().expect("debt")),
+        "{view}"
+    );
+    // Another tenant is unaffected, until a service without Envoy reports its usage on pod b
+    // with the CLI (`sluice.v1.Usage/Report`): pod a then denies it too.
     assert_eq!(chat(a, "globex", "small", 1, 1), 200);
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "report",
+            "--addr",
+            &b.sluice.grpc.to_string(),
+            "--domain",
+            "llm",
+        ])
+        .args([
+            "-d",
+            "budget=input",
+            "-d",
+            "tenant=globex",
+            "--tokens",
+            "1500",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("sluice report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["rule"], "tenant_input_tokens", "{answer}");
+    assert!(
+        (495..=501).contains(&answer["debt"].as_u64().expect("debt")),
+        "{answer}"
+    );
+    wait_for_status(a, "globex", "small", 429);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

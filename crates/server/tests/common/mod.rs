@@ -1,15 +1,20 @@
 //! Starts a real sluice server on 127.0.0.1:0 and gives tests real gRPC clients.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use prometheus::Registry;
 use sluice_core::SystemClock;
 use sluice_engine::{Engine, EngineMetrics, EngineSettings, MemoryStore};
+use sluice_proto::envoy::auth::attribute_context::{HttpRequest, Peer, Request};
 use sluice_proto::envoy::auth::authorization_client::AuthorizationClient;
+use sluice_proto::envoy::auth::check_response::HttpResponse;
+use sluice_proto::envoy::auth::{AttributeContext, CheckRequest, CheckResponse};
 use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
 use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry;
+use sluice_proto::envoy::core::{Address, SocketAddress, address};
 use sluice_proto::envoy::ratelimit::RateLimitRequest;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_server::metrics::ServerMetrics;
@@ -161,3 +166,48 @@ authz:
   descriptors:
     - [{key: remote_address, from: client_ip}]
 "#;
+
+/// An ext_authz `CheckRequest` for `GET /hello` from 192.0.2.1 with `headers`.
+pub fn check_request(headers: &[(&str, &str)]) -> CheckRequest {
+    let headers: HashMap<String, String> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            source: Some(Peer {
+                address: Some(Address {
+                    address: Some(address::Address::SocketAddress(SocketAddress {
+                        address: "192.0.2.1".into(),
+                        ..SocketAddress::default()
+                    })),
+                }),
+                ..Peer::default()
+            }),
+            request: Some(Request {
+                http: Some(HttpRequest {
+                    method: "GET".into(),
+                    path: "/hello".into(),
+                    host: "example.com".into(),
+                    headers,
+                    ..HttpRequest::default()
+                }),
+                ..Request::default()
+            }),
+            ..AttributeContext::default()
+        }),
+    }
+}
+
+/// The headers an ext_authz answer adds (allowed) or sends (denied).
+pub fn headers_of(resp: &CheckResponse) -> HashMap<String, String> {
+    let list = match &resp.http_response {
+        Some(HttpResponse::OkResponse(ok)) => &ok.response_headers_to_add,
+        Some(HttpResponse::DeniedResponse(denied)) => &denied.headers,
+        other => panic!("unexpected http_response {other:?}"),
+    };
+    list.iter()
+        .filter_map(|h| h.header.as_ref())
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
