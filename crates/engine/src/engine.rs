@@ -249,11 +249,19 @@ impl Engine {
             .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Post-paid usage waiting to be sent with more goes at least once a lease horizon.
+        let mut debts = tokio::time::interval(
+            self.settings
+                .lease_horizon
+                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        );
+        debts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => self.sweep().await,
+                _ = debts.tick() => self.leaser.flush_queued_debts(self.now(), false).await,
             }
         }
         self.leaser.stop_background().await;
@@ -273,11 +281,13 @@ impl Engine {
         self.store().housekeeping();
     }
 
-    /// Returns every lease this instance holds (at shutdown).
+    /// Returns every lease this instance holds and sends all post-paid usage still pending for
+    /// the store (at shutdown).
     pub async fn return_all_leases(&self) {
         self.leaser
             .return_tokens(self.table.take_all_leases())
             .await;
+        self.leaser.flush_queued_debts(self.now(), true).await;
     }
 }
 

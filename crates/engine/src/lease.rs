@@ -14,7 +14,7 @@ use crate::bucket::LeaseBucket;
 use crate::decision::EngineSettings;
 use crate::key;
 use crate::ledger::StoreStatus;
-use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
+use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome};
 use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, StoreError};
 use crate::table::Return;
@@ -30,7 +30,7 @@ pub(crate) const QUOTA_READS: usize = 8;
 pub(crate) struct Leaser {
     pub(crate) store: Arc<dyn GlobalStore>,
     pub(crate) metrics: EngineMetrics,
-    settings: EngineSettings,
+    pub(crate) settings: EngineSettings,
     /// Single flight: a store call for a key holds its key's lock, so concurrent requests on an
     /// empty lease wait for that call instead of each calling the store. Keys share a fixed set
     /// of locks (by bucket address) instead of owning one each: a lock per key cost ~70 bytes of
@@ -44,6 +44,8 @@ pub(crate) struct Leaser {
     pub(crate) stopping: CancellationToken,
     /// Places for operator reads of the store ([`QUOTA_READS`]).
     quota_reads: tokio::sync::Semaphore,
+    /// Buckets whose post-paid usage waits to be sent with more (see [`crate::debt`]).
+    pub(crate) debts: std::sync::Mutex<Vec<crate::debt::Queued>>,
 }
 
 impl Leaser {
@@ -61,6 +63,7 @@ impl Leaser {
             tasks: TaskTracker::new(),
             stopping: CancellationToken::new(),
             quota_reads: tokio::sync::Semaphore::new(QUOTA_READS),
+            debts: std::sync::Mutex::default(),
         }
     }
 
@@ -142,59 +145,6 @@ impl Leaser {
                     StoreError::Full => StoreStatus::NoRoom,
                     _ => down(charge),
                 };
-            }
-        }
-    }
-
-    /// Sends the post-paid usage pending on each reported, leased charge of `plan` to the global
-    /// store (waiting at most until `deadline`). The pending count is taken before the call, so
-    /// two reports never send the same usage; a failed call puts it back for the next one.
-    pub(crate) async fn flush_debts(
-        &self,
-        plan: &Plan,
-        descriptors: &[Descriptor],
-        now: u64,
-        deadline: Option<tokio::time::Instant>,
-    ) {
-        for charge in &plan.charges {
-            let Some(max_debt) = charge.info.payment.max_debt() else {
-                continue;
-            };
-            if charge.reported == 0 || charge.info.mode == Mode::Local {
-                continue;
-            }
-            let bucket = &charge.bucket;
-            let pending = std::mem::take(&mut bucket.lock().debt_pending);
-            if pending == 0 {
-                continue;
-            }
-            let store_key =
-                key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
-            let started = Instant::now();
-            let result = until(
-                deadline,
-                self.store
-                    .charge(&store_key, bucket.rate, pending, max_debt),
-            )
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
-            self.observe(StoreOp::Charge, started, &result);
-            let mut state = bucket.lock();
-            match result {
-                Ok(grant) => {
-                    state.read_global(grant.remaining, now);
-                    self.metrics
-                        .usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
-                }
-                // Not charged (refused, or answered with an error): kept for the next call.
-                Err(StoreError::Unavailable(_) | StoreError::Full | StoreError::Protocol(_)) => {
-                    state.debt_pending = state.debt_pending.saturating_add(pending);
-                }
-                // Cut off: it may have been charged. Sent at most once rather than twice.
-                Err(StoreError::Timeout) => {
-                    self.metrics.usage(UsageOutcome::Unconfirmed, pending);
-                    tracing::debug!(pending, "post-paid usage may be lost: the store timed out");
-                }
             }
         }
     }
@@ -385,7 +335,7 @@ impl Leaser {
     }
 
     /// Counts a store call by operation and outcome, with its latency.
-    fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
+    pub(crate) fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
         let outcome = match result {
             Ok(_) => StoreOutcome::Ok,
             Err(StoreError::Timeout) => StoreOutcome::Timeout,
@@ -399,7 +349,7 @@ impl Leaser {
 }
 
 /// `f`'s output, or `None` if `deadline` passes first.
-async fn until<T>(
+pub(crate) async fn until<T>(
     deadline: Option<tokio::time::Instant>,
     f: impl std::future::Future<Output = T>,
 ) -> Option<T> {

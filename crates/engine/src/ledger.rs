@@ -48,9 +48,13 @@ pub struct LeaseState {
     /// instance's share of the burst, so all instances together owe at most the burst, about
     /// what the global bucket can have refilled during the outage.
     pub owed: u64,
-    /// Post-paid usage charged here but not yet sent to the global store (`Leaser::flush_debts`
-    /// sends it; a failed call leaves it for the next).
+    /// Post-paid usage charged here but not yet sent to the global store (`crate::debt` sends
+    /// it in batches; a failed call leaves it for the next).
     pub debt_pending: u64,
+    /// When `debt_pending` last went from 0 to more: it is sent within a lease horizon of this.
+    pub debt_since: u64,
+    /// Whether the bucket is in the periodic flush's queue.
+    pub debt_queued: bool,
 }
 
 impl LeaseState {
@@ -69,6 +73,8 @@ impl LeaseState {
             last_want: 0,
             owed: 0,
             debt_pending: 0,
+            debt_since: 0,
+            debt_queued: false,
         }
     }
 
@@ -133,7 +139,9 @@ impl LeaseState {
     /// refilled to full (an absent key starts full), or evicting it would reset its limit. A
     /// leased key keeps its truth in the global store; its lease goes back when it is evicted.
     pub fn at_rest(&self, mode: Mode, rate: &Rate, now: u64) -> bool {
-        mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64
+        // Usage not yet sent to the store is kept until it is (this instance's checks count it).
+        self.debt_pending == 0
+            && (mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64)
     }
 
     /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
@@ -276,6 +284,9 @@ impl Terms {
         // More than the burst plus the debt bound can never be charged: the store clamps it.
         let cap = self.rate.burst.saturating_add(max_debt);
         let pending = s.debt_pending.saturating_add(rest).min(cap);
+        if s.debt_pending == 0 && pending > 0 {
+            s.debt_since = now;
+        }
         let clamped = rest - (pending - s.debt_pending);
         s.debt_pending = pending;
         if mode == Mode::Local {

@@ -24,6 +24,7 @@
 //! `docs/architecture.md` follows a request through these modules and lists the invariants.
 
 pub mod bucket;
+mod debt;
 pub mod decision;
 pub mod engine;
 pub mod key;

@@ -34,6 +34,8 @@ domains:
         rate_limit: {unit: second, requests_per_unit: 10, charge: post_paid}
       - key: local_tokens
         rate_limit: {unit: second, requests_per_unit: 10, mode: local, charge: post_paid}
+      - key: budget
+        rate_limit: {unit: minute, requests_per_unit: 1000, charge: post_paid}
 "#;
 
 fn rules() -> RuleSet {

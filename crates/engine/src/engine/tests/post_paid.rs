@@ -143,3 +143,73 @@ async fn one_request_charges_every_budget_it_reports() {
         "the usage happened: charged although the request is denied"
     );
 }
+
+fn charge_calls(e: &Engine) -> u64 {
+    e.leaser
+        .metrics
+        .store_calls
+        .with_label_values(&["charge", "ok"])
+        .get()
+}
+
+/// The global bucket of the only key `e` tracks, read from the store.
+async fn global(e: &Engine) -> f64 {
+    let (store_key, _) = only_key(e);
+    e.leaser
+        .store
+        .peek(&store_key, Rate::per_unit(1000, sluice_core::Unit::Minute))
+        .await
+        .expect("peek")
+}
+
+/// Small reports go to the store in batches (5% of the burst, or a lease horizon old), so Redis
+/// sees far fewer calls than reports; this instance's checks count them at once; none is lost,
+/// whether sent by the next report, the periodic flush, a retry after an outage, or shutdown.
+#[tokio::test]
+async fn small_reports_are_sent_in_batches_and_none_is_lost() {
+    let clock = ManualClock::at(1);
+    let store = Outage::new(&clock, false, 1);
+    let e = engine_on(store.clone(), &clock, EngineSettings::default());
+    let report = |n| [with_hits("budget", "t", n)];
+    for _ in 0..16 {
+        assert_eq!(ask(&e, &report(3)).await.overall, Code::Ok);
+    }
+    assert_eq!(charge_calls(&e), 0, "48 tokens: below a batch of 50");
+    let seen = ask(&e, &[with_hits("budget", "t", 0)]).await.outcomes[0];
+    assert_eq!(
+        seen.remaining, 952,
+        "this instance counts its own usage at once"
+    );
+    ask(&e, &report(3)).await;
+    assert_eq!(charge_calls(&e), 1, "51 tokens: one call");
+    assert!((global(&e).await - 949.0).abs() < 1e-9);
+    // A lease horizon later the periodic flush sends what is left.
+    ask(&e, &report(4)).await;
+    clock.advance_millis(200);
+    e.leaser.flush_queued_debts(e.now(), false).await;
+    assert_eq!(charge_calls(&e), 2);
+    let refilled = 1000.0 / 60.0 * 0.2;
+    assert!((global(&e).await - (949.0 + refilled - 4.0)).abs() < 1e-6);
+    // Refused while the store is down: kept, queued, and sent once it is back.
+    ask(&e, &report(60)).await;
+    store.set_down(true);
+    ask(&e, &report(60)).await;
+    store.set_down(false);
+    let before = global(&e).await;
+    clock.advance_millis(200);
+    e.leaser.flush_queued_debts(e.now(), false).await;
+    let after = global(&e).await;
+    assert!(
+        (before + refilled - 60.0 - after).abs() < 1e-6,
+        "the refused 60 arrived: {before} → {after}"
+    );
+    // A key with usage pending is not evicted; shutdown sends it.
+    ask(&e, &report(2)).await;
+    clock.advance_millis(60_000 * 10);
+    e.sweep().await;
+    assert!(!only_key(&e).0.is_empty(), "still tracked");
+    let before = global(&e).await;
+    e.return_all_leases().await;
+    assert!((global(&e).await - (before - 2.0)).abs() < 1e-6);
+    assert_eq!(usage(&e, "reported"), 48.0 + 3.0 + 4.0 + 60.0 + 60.0 + 2.0);
+}
