@@ -6,6 +6,7 @@
 
 mod cluster_faults;
 mod drive;
+mod sidecars;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,6 +19,7 @@ use sluice_testkit::process::{Sluice, http_get};
 use sluice_testkit::redis::{Cluster, Standalone};
 
 use crate::drive::{KeyPicker, Tally, drive};
+use crate::sidecars::script_calls;
 
 /// Measures how accurately N sidecars enforce one global limit.
 #[derive(Debug, Parser)]
@@ -149,19 +151,7 @@ async fn main() -> anyhow::Result<()> {
     let sidecars: Vec<Sluice> = (0..args.sidecars)
         .map(|_| Sluice::start(&args.sluice, &config))
         .collect();
-    // Wait until every sidecar reaches Redis.
-    for s in &sidecars {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !http_get(s.admin.port(), "/readyz", &[])
-            .body
-            .contains("degraded: false")
-        {
-            if Instant::now() > deadline {
-                bail!("sidecar {} did not reach Redis", s.admin);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    sidecars::wait_connected(&sidecars).await?;
     let mut redis_ports: Vec<u16> = match (&standalone, &cluster) {
         (Some(s), _) => vec![s.port],
         (_, Some(c)) => c.ports.clone(),
@@ -309,33 +299,6 @@ fn fallback_decisions(sidecars: &[Sluice]) -> u64 {
                 .collect::<Vec<_>>()
         })
         .sum()
-}
-
-/// EVALSHA + EVAL calls served, summed over the nodes (`INFO commandstats`).
-async fn script_calls(ports: &[u16]) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for port in ports {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-        // A node killed by a failover fault is gone: its calls are not counted.
-        let Ok(mut c) = client.get_multiplexed_async_connection().await else {
-            continue;
-        };
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await?;
-        for line in info.lines() {
-            if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:") {
-                let calls = line
-                    .split(['=', ','])
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0);
-                total += calls;
-            }
-        }
-    }
-    Ok(total)
 }
 
 #[allow(clippy::too_many_arguments, clippy::print_stdout)]

@@ -23,6 +23,10 @@ use sluice_testkit::process::{Sluice, http_get};
 use sluice_testkit::redis::Standalone;
 use tonic::transport::Channel;
 
+use crate::sidecars::script_calls;
+
+mod sidecars;
+
 /// Measures post-paid budgets shared by N sidecars: nothing lost, bounded overshoot.
 #[derive(Debug, Parser)]
 struct Args {
@@ -132,19 +136,6 @@ async fn bucket(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(f6
     Ok((tokens, ts))
 }
 
-/// EVALSHA + EVAL calls Redis served (`INFO commandstats`).
-async fn script_calls(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await?;
-    Ok(info
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
-        .sum())
-}
-
 /// `sluice_usage_tokens_total{outcome}` summed over the sidecars.
 fn usage_metric(sidecars: &[Sluice], outcome: &str) -> f64 {
     let prefix = format!("sluice_usage_tokens_total{{outcome=\"{outcome}\"}} ");
@@ -182,18 +173,7 @@ async fn main() -> anyhow::Result<()> {
     let mut sidecars: Vec<Sluice> = (0..args.sidecars)
         .map(|_| Sluice::start_with(&args.sluice, &config, &["--drain-delay", "0s"]))
         .collect();
-    for s in &sidecars {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !http_get(s.admin.port(), "/readyz", &[])
-            .body
-            .contains("degraded: false")
-        {
-            if Instant::now() > deadline {
-                bail!("sidecar {} did not reach Redis", s.admin);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    sidecars::wait_connected(&sidecars).await?;
     let mut clients = Vec::new();
     for s in &sidecars {
         for _ in 0..args.in_flight {
@@ -212,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
         .context("first report")?;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (tokens0, ts0) = bucket(&mut conn).await?;
-    let calls_before = script_calls(&mut conn).await?;
+    let calls_before = script_calls(&[redis.port]).await?;
     let tally = Arc::new(Tally::default());
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
     let start = Instant::now();
@@ -242,7 +222,9 @@ async fn main() -> anyhow::Result<()> {
         t.await.context("client")?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let calls = script_calls(&mut conn).await?.saturating_sub(calls_before);
+    let calls = script_calls(&[redis.port])
+        .await?
+        .saturating_sub(calls_before);
     // Usage pending goes within a lease horizon (200 ms): read the bucket after two.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let clamped = usage_metric(&sidecars, "clamped");
