@@ -199,21 +199,7 @@ async fn quota(state: &AppState, query: &str) -> Response<Full<Bytes>> {
         }
     };
     let s = crate::quota::peek(state, &domain, &entries).await;
-    let until_full = s
-        .until_full
-        .as_ref()
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
-    json(
-        StatusCode::OK,
-        &serde_json::json!({
-            "matched": s.matched, "rule": s.rule, "reason": s.reason,
-            "requests_per_unit": s.requests_per_unit, "unit": s.unit, "burst": s.burst,
-            "global_remaining": s.global_remaining, "local_lease": s.local_lease,
-            "until_full_seconds": until_full, "mode": s.mode,
-            "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
-            "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
-        }),
-    )
+    json(StatusCode::OK, &crate::quota::state_json(&s))
 }
 
 /// Decodes `%XX` and `+` in a query component (invalid escapes are kept as written).

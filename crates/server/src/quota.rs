@@ -138,6 +138,23 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     out
 }
 
+/// The JSON form of a quota state, as `/quota` and `sluice quota get -o json` print it.
+pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
+    let until_full = s
+        .until_full
+        .as_ref()
+        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    serde_json::json!({
+        "matched": s.matched, "rule": s.rule, "reason": s.reason,
+        "requests_per_unit": s.requests_per_unit, "unit": s.unit, "burst": s.burst,
+        "global_remaining": s.global_remaining, "local_lease": s.local_lease,
+        "until_full_seconds": until_full, "mode": s.mode,
+        "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
+        "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
+        "charge": s.charge, "debt": s.debt, "max_debt": s.max_debt,
+    })
+}
+
 /// A page token: the last key of the page, hex-encoded (opaque to callers).
 fn token_of(cursor: &[u8]) -> String {
     use std::fmt::Write as _;

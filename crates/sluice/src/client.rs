@@ -215,7 +215,7 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         let rules: Vec<_> = resp
             .rules
             .iter()
-            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source}))
+            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source, "charge": r.charge, "max_debt": r.max_debt}))
             .collect();
         out(&json!({"config_version": resp.config_version, "rules": rules}).to_string());
         return Ok(());
@@ -235,11 +235,13 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         } else {
             format!("{}/{}", r.requests_per_unit, r.unit)
         };
-        let mode = if r.shadow_mode {
-            format!("{} (shadow)", r.mode)
-        } else {
-            r.mode.clone()
-        };
+        let mut mode = r.mode.clone();
+        if r.charge == "post_paid" {
+            mode.push_str(&format!(", post_paid (max debt {})", r.max_debt));
+        }
+        if r.shadow_mode {
+            mode.push_str(" (shadow)");
+        }
         rows.push(vec![
             r.domain.clone(),
             r.name.clone(),
@@ -315,14 +317,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         .as_ref()
         .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
     if output == Output::Json {
-        out(&json!({
-            "matched": s.matched, "rule": s.rule, "reason": s.reason, "requests_per_unit": s.requests_per_unit,
-            "unit": s.unit, "burst": s.burst, "global_remaining": s.global_remaining, "local_lease": s.local_lease,
-            "until_full_seconds": until_full, "mode": s.mode, "fallback": s.fallback, "shadow_mode": s.shadow_mode,
-            "degraded": s.degraded, "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
-            "charge": s.charge, "debt": s.debt, "max_debt": s.max_debt,
-        })
-        .to_string());
+        out(&sluice_server::quota::state_json(s).to_string());
         return;
     }
     if !s.matched {
