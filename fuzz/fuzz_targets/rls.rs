@@ -39,6 +39,10 @@ domains:
       - key: s
         shadow_mode: true
         rate_limit: {unit: second, requests_per_unit: 1}
+      - key: p
+        rate_limit: {unit: second, requests_per_unit: 100, charge: post_paid}
+      - key: q
+        rate_limit: {unit: second, requests_per_unit: 4, mode: local, charge: post_paid, max_debt: 9}
 "#,
     )
     .expect("fuzz rules")
@@ -65,7 +69,7 @@ domains:
 
 #[derive(Debug, Arbitrary)]
 struct Descriptor {
-    /// 0..5: a rule key (a, l, x, s) or none; else `key` itself.
+    /// 0..7: a rule key (a, l, x, s, post-paid p and q) or none; else `raw_key` itself.
     key: u8,
     raw_key: String,
     value: String,
@@ -89,12 +93,14 @@ fn request(input: &Input) -> Envoy {
             .descriptors
             .iter()
             .map(|d| {
-                let key = match d.key % 6 {
+                let key = match d.key % 8 {
                     0 => "a",
                     1 => "l",
                     2 => "x",
                     3 => "s",
                     4 => "o",
+                    5 => "p",
+                    6 => "q",
                     _ => d.raw_key.as_str(),
                 };
                 let mut entries = vec![Entry {
@@ -139,6 +145,14 @@ fuzz_target!(|input: Input| {
         assert!(decision.outcomes.iter().all(|o| o.code == Code::Ok));
     }
     for o in &decision.outcomes {
+        // Debt never passes a post-paid rule's bound, whatever was reported.
+        if let Some(max_debt) = o.limit.and_then(|l| l.payment.max_debt()) {
+            assert!(
+                o.debt <= max_debt,
+                "debt {} over the bound {max_debt}",
+                o.debt
+            );
+        }
         if o.denial == Some(Denial::CostAboveBurst) {
             assert!(o.retry_after.is_none());
             assert!(decision.overall == Code::OverLimit || o.limit.is_some_and(|l| l.shadow));
