@@ -4,10 +4,10 @@
 //! decision) and left pending for the store. Sending every report would cost one store call per
 //! request, so pending usage is sent in batches: at once when it reaches a batch (the rule's
 //! `max_lease_fraction` of the burst, as a lease would be), else with the next report once a lease
-//! horizon old, or by the periodic flush ([`Leaser::flush_queued_debts`], every lease horizon).
-//! Other instances therefore see a report within about two lease horizons (one to be sent, one to
-//! be read again), and Redis sees at most one charge call per batch of usage or per horizon for
-//! each key and instance, whatever the request rate.
+//! horizon old, or by the periodic flush ([`Leaser::flush_queued_debts`], every half horizon).
+//! Other instances therefore see a report within about 2.5 lease horizons at worst (up to 1.5 to
+//! be sent, one to be read again), and Redis sees at most one charge call per batch of usage or
+//! per horizon for each key and instance, whatever the request rate.
 //!
 //! Nothing is lost on the way: usage pending on a key keeps it from being evicted, a refused call
 //! puts it back (and queues it), and shutdown sends everything pending. A call that times out may

@@ -249,10 +249,9 @@ impl Engine {
             .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Post-paid usage waiting to be sent with more goes at least once a lease horizon.
+        // Post-paid usage waiting to be sent with more goes within 1.5 lease horizons.
         let mut debts = tokio::time::interval(
-            self.settings
-                .lease_horizon
+            (self.settings.lease_horizon / 2)
                 .clamp(Duration::from_millis(10), Duration::from_secs(1)),
         );
         debts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
