@@ -20,7 +20,7 @@ use sluice_proto::envoy::ratelimit::RateLimitRequest;
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_testkit::process::{Sluice, http_get};
-use sluice_testkit::redis::Standalone;
+use sluice_testkit::redis::{Cluster, Standalone};
 use tonic::transport::Channel;
 
 use crate::sidecars::script_calls;
@@ -54,6 +54,9 @@ struct Args {
     /// Seconds of load.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
+    /// Run against a 3-master Redis Cluster instead of a standalone Redis.
+    #[arg(long)]
+    cluster: bool,
 }
 
 /// What the clients did, summed over all of them.
@@ -121,19 +124,25 @@ async fn client(
     }
 }
 
-/// The only bucket in Redis: (tokens, ts in Redis TIME microseconds).
-async fn bucket(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(f64, f64)> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*:k=tenant").query_async(c).await?;
-    let [key] = keys.as_slice() else {
-        bail!("expected one bucket in Redis, found {keys:?}");
+/// The only bucket in Redis, on whichever node holds it: (tokens, ts in Redis TIME microseconds).
+async fn bucket(nodes: &mut [redis::aio::MultiplexedConnection]) -> anyhow::Result<(f64, f64)> {
+    let mut found = Vec::new();
+    for c in nodes.iter_mut() {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*:k=tenant").query_async(c).await?;
+        for key in keys {
+            let state: (f64, f64) = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("tokens")
+                .arg("ts")
+                .query_async(c)
+                .await?;
+            found.push(state);
+        }
+    }
+    let [state] = found.as_slice() else {
+        bail!("expected one bucket in Redis, found {}", found.len());
     };
-    let (tokens, ts): (f64, f64) = redis::cmd("HMGET")
-        .arg(key)
-        .arg("tokens")
-        .arg("ts")
-        .query_async(c)
-        .await?;
-    Ok((tokens, ts))
+    Ok(*state)
 }
 
 /// `sluice_usage_tokens_total{outcome}` summed over the sidecars.
@@ -161,14 +170,30 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let max_debt = args.max_debt.unwrap_or(args.limit);
-    let redis = Standalone::start().await;
-    let mut conn = redis::Client::open(redis.url())?
-        .get_multiplexed_async_connection()
-        .await?;
+    // Standalone, or a 3-master cluster (all its nodes share one clock: one container).
+    let (_standalone, _cluster, ports, redis_section) = if args.cluster {
+        let c = Cluster::start_with(0).await;
+        let nodes: Vec<String> = c.nodes().iter().map(|n| format!("\"{n}\"")).collect();
+        let section = format!("redis: {{cluster_nodes: [{}]}}", nodes.join(", "));
+        let ports = c.ports.clone();
+        (None, Some(c), ports, section)
+    } else {
+        let s = Standalone::start().await;
+        let section = format!("redis: {{url: \"{}\"}}", s.url());
+        let ports = vec![s.port];
+        (Some(s), None, ports, section)
+    };
+    let mut conns = Vec::new();
+    for port in &ports {
+        conns.push(
+            redis::Client::open(format!("redis://127.0.0.1:{port}"))?
+                .get_multiplexed_async_connection()
+                .await?,
+        );
+    }
     let config = format!(
-        "domains:\n  - domain: acc\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, charge: post_paid, max_debt: {max_debt}}}\nredis: {{url: \"{}\"}}\n",
+        "domains:\n  - domain: acc\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, charge: post_paid, max_debt: {max_debt}}}\n{redis_section}\n",
         args.limit,
-        redis.url()
     );
     let mut sidecars: Vec<Sluice> = (0..args.sidecars)
         .map(|_| Sluice::start_with(&args.sluice, &config, &["--drain-delay", "0s"]))
@@ -191,10 +216,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("first report")?;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (tokens0, ts0) = bucket(&mut conn).await?;
-    let calls_before = script_calls(&[redis.port]).await?;
+    let (tokens0, ts0) = bucket(&mut conns).await?;
+    let calls_before = script_calls(&ports).await?;
     let tally = Arc::new(Tally::default());
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conns[0]).await?;
     let start = Instant::now();
     // The budget the bucket had refilled between its reading and the start.
     let head = tokens0 + args.limit as f64 * ((secs * 1_000_000 + micros) as f64 - ts0) / 1e6;
@@ -222,14 +247,12 @@ async fn main() -> anyhow::Result<()> {
         t.await.context("client")?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let calls = script_calls(&[redis.port])
-        .await?
-        .saturating_sub(calls_before);
+    let calls = script_calls(&ports).await?.saturating_sub(calls_before);
     // Usage pending goes within a lease horizon (200 ms): read the bucket after two.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let clamped = usage_metric(&sidecars, "clamped");
     let unconfirmed = usage_metric(&sidecars, "unconfirmed");
-    let (tokens, ts) = bucket(&mut conn).await?;
+    let (tokens, ts) = bucket(&mut conns).await?;
     let mut charged = tokens0 + args.limit as f64 * (ts - ts0) / 1e6 - tokens;
     // Graceful stops send whatever usage is still pending: add what they charged, if anything.
     for s in &sidecars {
@@ -238,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
     for s in &mut sidecars {
         s.wait_exit();
     }
-    let at_exit = match bucket(&mut conn).await {
+    let at_exit = match bucket(&mut conns).await {
         Ok((after, ts_after)) if ts_after > ts => {
             (tokens + args.limit as f64 * (ts_after - ts) / 1e6).min(args.limit as f64) - after
         }
@@ -251,9 +274,14 @@ async fn main() -> anyhow::Result<()> {
     let decisions = (checks + reports).max(1);
     let in_flight_bound = (args.sidecars * args.in_flight) as f64 * args.max_usage as f64;
     println!(
-        "post-paid: {} sidecars x {} in flight, L={}/s, max_debt {max_debt}, usage 1..={}, serve {} ms, {elapsed:.1}s: checks {checks}, admitted {}, reported {reported:.0} in {reports} reports, charged by Redis {charged:.1} ({at_exit:.0} at shutdown; diff {:+.1}; clamped {clamped:.0}, unconfirmed {unconfirmed:.0}), budget L·t {:.0}, reported/budget {:.2}%, worst excess {worst_excess:.0} tokens (in-flight bound {in_flight_bound:.0}), Redis script calls {calls} ({:.2} per 100 decisions), errors {}, bucket at end {tokens:.1}",
+        "post-paid: {} sidecars x {} in flight, {}, L={}/s, max_debt {max_debt}, usage 1..={}, serve {} ms, {elapsed:.1}s: checks {checks}, admitted {}, reported {reported:.0} in {reports} reports, charged by Redis {charged:.1} ({at_exit:.0} at shutdown; diff {:+.1}; clamped {clamped:.0}, unconfirmed {unconfirmed:.0}), budget L·t {:.0}, reported/budget {:.2}%, worst excess {worst_excess:.0} tokens (in-flight bound {in_flight_bound:.0}), Redis script calls {calls} ({:.2} per 100 decisions), errors {}, bucket at end {tokens:.1}",
         args.sidecars,
         args.in_flight,
+        if args.cluster {
+            "3-master cluster"
+        } else {
+            "standalone"
+        },
         args.limit,
         args.max_usage,
         args.serve_ms,
