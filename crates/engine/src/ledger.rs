@@ -123,6 +123,14 @@ impl LeaseState {
         }
     }
 
+    /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and
+    /// returns the rest.
+    fn pay_from_lease(&mut self, n: u64) -> u64 {
+        let from_lease = n.min(self.lease);
+        self.lease -= from_lease;
+        n - from_lease
+    }
+
     /// Records a reading of the global bucket taken at `now`.
     pub fn read_global(&mut self, remaining: f64, now: u64) {
         self.global_remaining = remaining;
@@ -278,9 +286,7 @@ impl Terms {
         if self.mode == Mode::Local {
             return self.reported - s.local.charge(rate, now, self.reported, max_debt);
         }
-        let from_lease = self.reported.min(s.lease);
-        s.lease -= from_lease;
-        let rest = self.reported - from_lease;
+        let rest = s.pay_from_lease(self.reported);
         // More than the burst plus the debt bound can never be charged: the store clamps it.
         let cap = self.rate.burst.saturating_add(max_debt);
         let pending = s.debt_pending.saturating_add(rest).min(cap);
@@ -429,9 +435,7 @@ pub fn settle(
             let mut refill_ahead = false;
             if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
                 if t.owes_store() {
-                    let from_lease = t.hits.min(s.lease);
-                    s.lease -= from_lease;
-                    let rest = t.hits - from_lease;
+                    let rest = s.pay_from_lease(t.hits);
                     if rest > 0 {
                         s.spend(mode, &rate, now, rest);
                         s.owed = s.owed.saturating_add(rest).min(rate.burst);
