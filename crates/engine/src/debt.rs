@@ -4,7 +4,7 @@
 //! decision) and left pending for the store. Sending every report would cost one store call per
 //! request, so pending usage is sent in batches: at once when it reaches a batch (the rule's
 //! `max_lease_fraction` of the burst, as a lease would be), else with the next report once a lease
-//! horizon old, or by the periodic flush ([`Leaser::flush_queued_debts`], every half horizon).
+//! horizon old, or by the periodic flush ([`Debts::flush_queued`], every half horizon).
 //! Other instances therefore see a report within about 2.5 lease horizons at worst (up to 1.5 to
 //! be sent, one to be read again), and Redis sees at most one charge call per batch of usage or
 //! per horizon for each key and instance, whatever the request rate.
@@ -13,33 +13,54 @@
 //! puts it back (and queues it), and shutdown sends everything pending. A call that times out may
 //! or may not have charged; it is not sent again (`sluice_usage_tokens_total{outcome="unconfirmed"}`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_core::Descriptor;
 use sluice_core::config::Mode;
 
 use crate::bucket::LeaseBucket;
+use crate::decision::EngineSettings;
 use crate::key;
-use crate::lease::{Leaser, until};
-use crate::metrics::{StoreOp, UsageOutcome};
+use crate::metrics::{EngineMetrics, StoreOp, UsageOutcome};
 use crate::plan::Plan;
-use crate::store::StoreError;
+use crate::store::{GlobalStore, StoreError, until};
 
 /// A bucket whose pending usage waits for the periodic flush.
 #[derive(Debug)]
-pub(crate) struct Queued {
+struct Queued {
     bucket: Arc<LeaseBucket>,
     store_key: String,
     max_debt: u64,
 }
 
-impl Leaser {
+/// The queue of buckets with post-paid usage waiting to be sent with more, and when usage is due.
+#[derive(Debug)]
+pub(crate) struct Debts {
+    queue: Mutex<Vec<Queued>>,
+    /// A batch: usage of at least this fraction of the burst goes at once.
+    batch_fraction: f64,
+    /// Usage this old (µs) goes at once.
+    horizon: u64,
+}
+
+impl Debts {
+    /// An empty queue, batching as leases are sized.
+    pub(crate) fn new(settings: &EngineSettings) -> Self {
+        Self {
+            queue: Mutex::default(),
+            batch_fraction: settings.max_lease_fraction,
+            horizon: u64::try_from(settings.lease_horizon.as_micros()).unwrap_or(u64::MAX),
+        }
+    }
+
     /// After a decision: sends the pending usage of each reported, leased charge of `plan` that
     /// is due (a batch, or a lease horizon old), waiting at most until `deadline`; queues the rest
     /// for the periodic flush.
-    pub(crate) async fn flush_debts(
+    pub(crate) async fn flush_after(
         &self,
+        store: &dyn GlobalStore,
+        metrics: &EngineMetrics,
         plan: &Plan,
         descriptors: &[Descriptor],
         now: u64,
@@ -75,14 +96,21 @@ impl Leaser {
                 store_key: store_key(),
                 max_debt,
             };
-            self.send_debt(&queued, pending, now, deadline).await;
+            self.send(store, metrics, &queued, pending, now, deadline)
+                .await;
         }
     }
 
     /// The periodic flush: sends the queued usage that is due (all of it when `all`, at
     /// shutdown) and queues the rest again.
-    pub(crate) async fn flush_queued_debts(&self, now: u64, all: bool) {
-        let queued = std::mem::take(&mut *self.debts.lock().unwrap_or_else(|p| p.into_inner()));
+    pub(crate) async fn flush_queued(
+        &self,
+        store: &dyn GlobalStore,
+        metrics: &EngineMetrics,
+        now: u64,
+        all: bool,
+    ) {
+        let queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
         for q in queued {
             let pending = {
                 let mut state = q.bucket.lock();
@@ -98,19 +126,18 @@ impl Leaser {
                 }
                 std::mem::take(&mut state.debt_pending)
             };
-            self.send_debt(&q, pending, now, None).await;
+            self.send(store, metrics, &q, pending, now, None).await;
         }
     }
 
     /// Whether `pending` usage, pending since `since`, should be sent now.
     fn debt_due(&self, bucket: &LeaseBucket, pending: u64, since: u64, now: u64) -> bool {
-        let batch = (bucket.rate.burst as f64 * self.settings.max_lease_fraction) as u64;
-        let horizon = u64::try_from(self.settings.lease_horizon.as_micros()).unwrap_or(u64::MAX);
-        pending >= batch.max(1) || now.saturating_sub(since) >= horizon
+        let batch = (bucket.rate.burst as f64 * self.batch_fraction) as u64;
+        pending >= batch.max(1) || now.saturating_sub(since) >= self.horizon
     }
 
     fn queue(&self, bucket: Arc<LeaseBucket>, store_key: String, max_debt: u64) {
-        self.debts
+        self.queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Queued {
@@ -121,8 +148,10 @@ impl Leaser {
     }
 
     /// Charges `pending` usage (taken from the bucket by the caller) to the global store.
-    async fn send_debt(
+    async fn send(
         &self,
+        store: &dyn GlobalStore,
+        metrics: &EngineMetrics,
         q: &Queued,
         pending: u64,
         now: u64,
@@ -131,18 +160,16 @@ impl Leaser {
         let started = Instant::now();
         let result = until(
             deadline,
-            self.store
-                .charge(&q.store_key, q.bucket.rate, pending, q.max_debt),
+            store.charge(&q.store_key, q.bucket.rate, pending, q.max_debt),
         )
         .await
         .unwrap_or(Err(StoreError::Timeout));
-        self.observe(StoreOp::Charge, started, &result);
+        metrics.observe_result(StoreOp::Charge, started, &result);
         let mut state = q.bucket.lock();
         match result {
             Ok(grant) => {
                 state.read_global(grant.remaining, now);
-                self.metrics
-                    .usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
+                metrics.usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
             }
             // Not charged (refused, or answered with an error): kept, and queued for the flush.
             Err(StoreError::Unavailable(_) | StoreError::Full | StoreError::Protocol(_)) => {
@@ -158,7 +185,7 @@ impl Leaser {
             }
             // Cut off: it may have been charged. Sent at most once rather than twice.
             Err(StoreError::Timeout) => {
-                self.metrics.usage(UsageOutcome::Unconfirmed, pending);
+                metrics.usage(UsageOutcome::Unconfirmed, pending);
                 tracing::debug!(pending, "post-paid usage may be lost: the store timed out");
             }
         }

@@ -11,12 +11,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bucket::LeaseBucket;
+use crate::debt::Debts;
 use crate::decision::EngineSettings;
 use crate::key;
 use crate::ledger::StoreStatus;
-use crate::metrics::{EngineMetrics, StoreOp, StoreOutcome};
+use crate::metrics::{EngineMetrics, StoreOp};
 use crate::plan::{Charge, Plan};
-use crate::store::{GlobalStore, StoreError};
+use crate::store::{GlobalStore, StoreError, until};
 use crate::table::Return;
 
 /// How many single-flight locks the keys share (a power of two).
@@ -30,7 +31,7 @@ pub(crate) const QUOTA_READS: usize = 8;
 pub(crate) struct Leaser {
     pub(crate) store: Arc<dyn GlobalStore>,
     pub(crate) metrics: EngineMetrics,
-    pub(crate) settings: EngineSettings,
+    settings: EngineSettings,
     /// Single flight: a store call for a key holds its key's lock, so concurrent requests on an
     /// empty lease wait for that call instead of each calling the store. Keys share a fixed set
     /// of locks (by bucket address) instead of owning one each: a lock per key cost ~70 bytes of
@@ -44,8 +45,8 @@ pub(crate) struct Leaser {
     pub(crate) stopping: CancellationToken,
     /// Places for operator reads of the store ([`QUOTA_READS`]).
     quota_reads: tokio::sync::Semaphore,
-    /// Buckets whose post-paid usage waits to be sent with more (see [`crate::debt`]).
-    pub(crate) debts: std::sync::Mutex<Vec<crate::debt::Queued>>,
+    /// Post-paid usage on its way to the store.
+    debts: Debts,
 }
 
 impl Leaser {
@@ -56,6 +57,7 @@ impl Leaser {
         settings: EngineSettings,
     ) -> Self {
         Self {
+            debts: Debts::new(&settings),
             store,
             metrics,
             settings,
@@ -63,7 +65,6 @@ impl Leaser {
             tasks: TaskTracker::new(),
             stopping: CancellationToken::new(),
             quota_reads: tokio::sync::Semaphore::new(QUOTA_READS),
-            debts: std::sync::Mutex::default(),
         }
     }
 
@@ -335,27 +336,35 @@ impl Leaser {
     }
 
     /// Counts a store call by operation and outcome, with its latency.
-    pub(crate) fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
-        let outcome = match result {
-            Ok(_) => StoreOutcome::Ok,
-            Err(StoreError::Timeout) => StoreOutcome::Timeout,
-            Err(StoreError::Unavailable(_)) => StoreOutcome::Unavailable,
-            Err(StoreError::Full) => StoreOutcome::Full,
-            Err(StoreError::Protocol(_)) => StoreOutcome::Error,
-        };
-        self.metrics
-            .observe_store_call(op, outcome, started.elapsed().as_secs_f64());
+    fn observe<T>(&self, op: StoreOp, started: Instant, result: &Result<T, StoreError>) {
+        self.metrics.observe_result(op, started, result);
     }
-}
 
-/// `f`'s output, or `None` if `deadline` passes first.
-pub(crate) async fn until<T>(
-    deadline: Option<tokio::time::Instant>,
-    f: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    match deadline {
-        Some(at) => tokio::time::timeout_at(at, f).await.ok(),
-        None => Some(f.await),
+    /// After a decision: sends the post-paid usage of `plan` that is due (see [`Debts`]).
+    pub(crate) async fn flush_debts(
+        &self,
+        plan: &Plan,
+        descriptors: &[Descriptor],
+        now: u64,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        self.debts
+            .flush_after(
+                &*self.store,
+                &self.metrics,
+                plan,
+                descriptors,
+                now,
+                deadline,
+            )
+            .await;
+    }
+
+    /// The periodic flush of queued post-paid usage (all of it when `all`, at shutdown).
+    pub(crate) async fn flush_queued_debts(&self, now: u64, all: bool) {
+        self.debts
+            .flush_queued(&*self.store, &self.metrics, now, all)
+            .await;
     }
 }
 

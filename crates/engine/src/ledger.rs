@@ -13,169 +13,13 @@
 //!   ([`Denial::CostAboveBurst`]) without touching the bucket or asking the store; any cost up to
 //!   the burst passes once the bucket has refilled.
 
-use sluice_core::bucket::{BucketState, Rate};
+use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use smallvec::SmallVec;
 
 use crate::decision::Denial;
 
-/// The mutable state of one bucket key in this process.
-#[derive(Debug, Clone)]
-pub struct LeaseState {
-    /// Local mode (and the store-down fallback): a whole bucket in this process.
-    pub local: BucketState,
-    /// Strict/exact: leased tokens not yet spent.
-    pub lease: u64,
-    /// Global tokens left after our last store call (for reporting `limit_remaining`).
-    pub global_remaining: f64,
-    /// Whether `global_remaining` has been read at least once.
-    pub global_known: bool,
-    /// When `global_remaining` was read: estimates refill it from then on.
-    pub global_read_at: u64,
-    /// A starved key asks the store again only from this time on (never more than `lease_ttl`
-    /// ahead, so a key can always lease again).
-    pub retry_at: u64,
-    /// When the last lease was granted (lease_ttl return, demand estimate).
-    pub leased_at: u64,
-    /// Tokens spent since the last lease was granted.
-    pub spent_since_lease: u64,
-    /// Smoothed demand, tokens per second.
-    pub demand_per_sec: f64,
-    /// The size of the last lease asked for (the low watermark is half of it).
-    pub last_want: u64,
-    /// Tokens the `local_share` fallback spent on a leased rule while the store was down, which
-    /// the global bucket was never charged: the next lease calls take them first. At most this
-    /// instance's share of the burst, so all instances together owe at most the burst, about
-    /// what the global bucket can have refilled during the outage.
-    pub owed: u64,
-    /// Post-paid usage charged here but not yet sent to the global store (`crate::debt` sends
-    /// it in batches; a failed call leaves it for the next).
-    pub debt_pending: u64,
-    /// When `debt_pending` last went from 0 to more: it is sent within a lease horizon of this.
-    pub debt_since: u64,
-    /// Whether the bucket is in the periodic flush's queue.
-    pub debt_queued: bool,
-}
-
-impl LeaseState {
-    /// A new key's state: no lease, a full local bucket.
-    pub fn new(rate: &Rate, now: u64) -> Self {
-        Self {
-            local: BucketState::full(rate, now),
-            lease: 0,
-            global_remaining: rate.burst as f64,
-            global_known: false,
-            global_read_at: now,
-            retry_at: 0,
-            leased_at: now,
-            spent_since_lease: 0,
-            demand_per_sec: 0.0,
-            last_want: 0,
-            owed: 0,
-            debt_pending: 0,
-            debt_since: 0,
-            debt_queued: false,
-        }
-    }
-
-    /// Tokens this instance can spend now without asking the store.
-    pub fn spendable(&self, mode: Mode, rate: &Rate, now: u64) -> u64 {
-        match mode {
-            Mode::Local => {
-                let mut b = self.local;
-                b.refill(rate, now);
-                b.tokens.floor().max(0.0) as u64
-            }
-            Mode::Strict | Mode::Exact => self.lease,
-        }
-    }
-
-    /// Spends `n` tokens the caller checked with [`spendable`](Self::spendable).
-    fn spend(&mut self, mode: Mode, rate: &Rate, now: u64, n: u64) {
-        match mode {
-            Mode::Local => {
-                let took = self.local.try_take(rate, now, n);
-                debug_assert!(took, "spend without spendable tokens");
-            }
-            Mode::Strict | Mode::Exact => {
-                self.lease -= n;
-                self.spent_since_lease = self.spent_since_lease.saturating_add(n);
-            }
-        }
-    }
-
-    /// Tokens left as this instance knows them: its lease plus the global bucket's last reading,
-    /// or the local bucket.
-    pub fn remaining(&self, mode: Mode, rate: &Rate, now: u64) -> f64 {
-        match mode {
-            Mode::Local => {
-                let mut b = self.local;
-                b.refill(rate, now);
-                b.tokens
-            }
-            Mode::Strict | Mode::Exact => {
-                let global = rate.refill(
-                    self.global_remaining,
-                    now.saturating_sub(self.global_read_at),
-                );
-                self.lease as f64 + global - self.debt_pending as f64
-            }
-        }
-    }
-
-    /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and
-    /// returns the rest.
-    fn pay_from_lease(&mut self, n: u64) -> u64 {
-        let from_lease = n.min(self.lease);
-        self.lease -= from_lease;
-        n - from_lease
-    }
-
-    /// Records a reading of the global bucket taken at `now`.
-    pub fn read_global(&mut self, remaining: f64, now: u64) {
-        self.global_remaining = remaining;
-        self.global_known = true;
-        self.global_read_at = now;
-    }
-
-    /// Whether a busy lease is down to half of what was last asked for: time to refill ahead.
-    pub fn lease_is_low(&self) -> bool {
-        self.last_want > 1 && self.lease <= self.last_want / 2
-    }
-
-    /// Whether forgetting this state loses nothing a limit depends on. A local bucket must have
-    /// refilled to full (an absent key starts full), or evicting it would reset its limit. A
-    /// leased key keeps its truth in the global store; its lease goes back when it is evicted.
-    pub fn at_rest(&self, mode: Mode, rate: &Rate, now: u64) -> bool {
-        // Usage not yet sent to the store is kept until it is (this instance's checks count it).
-        self.debt_pending == 0
-            && (mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64)
-    }
-
-    /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
-    pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
-        // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
-        let elapsed = now.saturating_sub(self.leased_at).max(1);
-        let rate = self.spent_since_lease as f64 * 1e6 / elapsed as f64;
-        self.demand_per_sec = if self.demand_per_sec == 0.0 {
-            rate
-        } else {
-            0.5 * self.demand_per_sec + 0.5 * rate
-        };
-        self.lease = self.lease.saturating_add(granted);
-        self.last_want = want;
-        self.read_global(remaining, now);
-        self.leased_at = now;
-        self.spent_since_lease = 0;
-        // The fallback's local bucket starts empty from each grant and refills at the share's
-        // rate: while the store answers, the global bucket holds this key's burst, so an outage
-        // must not add another one on top.
-        self.local = BucketState {
-            tokens: 0.0,
-            updated_micros: now,
-        };
-    }
-}
+pub use state::LeaseState;
 
 /// How the global store stood for a bucket during this decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,5 +322,6 @@ pub fn settle(
     Settlement::Settled { allowed, verdicts }
 }
 
+mod state;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! The engine's Prometheus series. Labels are fixed words, never descriptor values.
 
+use crate::store::StoreError;
 use prometheus::{
     Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, Opts, Registry,
@@ -159,6 +160,23 @@ impl EngineMetrics {
         let series = &self.ops[op as usize];
         series.calls[outcome as usize].inc();
         series.latency.observe(seconds);
+    }
+
+    /// Counts one store call from its result, with the latency since `started`.
+    pub fn observe_result<T>(
+        &self,
+        op: StoreOp,
+        started: std::time::Instant,
+        result: &Result<T, StoreError>,
+    ) {
+        let outcome = match result {
+            Ok(_) => StoreOutcome::Ok,
+            Err(StoreError::Timeout) => StoreOutcome::Timeout,
+            Err(StoreError::Unavailable(_)) => StoreOutcome::Unavailable,
+            Err(StoreError::Full) => StoreOutcome::Full,
+            Err(StoreError::Protocol(_)) => StoreOutcome::Error,
+        };
+        self.observe_store_call(op, outcome, started.elapsed().as_secs_f64());
     }
 
     /// Counts tokens granted by the store.

@@ -100,3 +100,14 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// A short name for logs and metrics (`memory`, `redis`, `redis-cluster`).
     fn name(&self) -> &'static str;
 }
+
+/// `f`'s output (a store call, or a wait for one), or `None` if `deadline` passes first.
+pub(crate) async fn until<T>(
+    deadline: Option<tokio::time::Instant>,
+    f: impl Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, f).await.ok(),
+        None => Some(f.await),
+    }
+}
