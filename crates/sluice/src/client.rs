@@ -1,4 +1,5 @@
-//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check`, `sluice report`.
+//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check` (and what
+//! `sluice report`, in `report.rs`, shares with them).
 
 use std::time::Duration;
 
@@ -15,9 +16,6 @@ use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
-
-mod usage;
-pub use usage::report;
 
 /// A Quota client for reads: sends `authorization: Bearer $SLUICE_READ_TOKEN` when that is set
 /// (a server with `admin.read_token_*` needs it; the token never appears on the command line).
@@ -42,7 +40,7 @@ fn with_read_token(mut request: tonic::Request<()>) -> Result<tonic::Request<()>
     Ok(request)
 }
 
-async fn channel(target: &Target) -> anyhow::Result<Channel> {
+pub(crate) async fn channel(target: &Target) -> anyhow::Result<Channel> {
     let tls = target.addr.starts_with("https://")
         || target.ca_file.is_some()
         || target.cert_file.is_some();
@@ -76,7 +74,7 @@ async fn channel(target: &Target) -> anyhow::Result<Channel> {
         .with_context(|| format!("connecting to {addr}"))
 }
 
-fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {
+pub(crate) fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {
     d.entries
         .iter()
         .map(|(k, v)| pb::Entry {
@@ -377,7 +375,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
 }
 
 /// Prints rows as aligned columns.
-fn table(rows: &[Vec<String>]) {
+pub(crate) fn table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -399,10 +397,10 @@ fn table(rows: &[Vec<String>]) {
 }
 
 #[allow(clippy::print_stdout)]
-fn out(line: &str) {
+pub(crate) fn out(line: &str) {
     println!("{line}");
 }
 
-fn status_error(s: tonic::Status) -> anyhow::Error {
+pub(crate) fn status_error(s: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", s.code(), s.message())
 }

@@ -10,6 +10,7 @@
 mod cli;
 mod client;
 mod config;
+mod report;
 mod run;
 
 use std::process::ExitCode;
@@ -48,7 +49,7 @@ fn main() -> ExitCode {
             target,
             descriptor,
             tokens,
-        } => client_command(client::report(target, descriptor, tokens)),
+        } => client_command(report::report(target, descriptor, tokens)),
         Command::Config {
             command: ConfigCommand::Check { path },
         } => match config::load(&path) {

@@ -4,8 +4,8 @@ use serde_json::json;
 use sluice_proto::sluice::v1::usage_client::UsageClient;
 use sluice_proto::sluice::v1::{ReportRequest, UsageReport};
 
-use super::{channel, entries, out, status_error, table};
 use crate::cli::{DescriptorArgs, Output, Target};
+use crate::client::{channel, entries, out, status_error, table};
 
 /// Reports `tokens` used under one descriptor and prints the budget after it.
 pub async fn report(target: Target, descriptor: DescriptorArgs, tokens: u64) -> anyhow::Result<()> {
