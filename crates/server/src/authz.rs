@@ -51,11 +51,7 @@ impl Authorization for Authz {
         let started = Instant::now();
         let req = request.into_inner();
         let Some(view) = CheckView::of(&req) else {
-            self.state
-                .metrics
-                .requests
-                .with_label_values(&["authz", "invalid"])
-                .inc();
+            self.state.metrics.count(Api::Authz, "invalid");
             return Err(Status::invalid_argument(
                 "CheckRequest has no attributes.request.http: sluice decides HTTP requests",
             ));
@@ -63,21 +59,13 @@ impl Authorization for Authz {
         let runtime = self.state.runtime.load();
         let Some(plan) = runtime.authz.as_ref() else {
             // No `authz:` section: nothing to limit, so allow (and say why in the metric).
-            self.state
-                .metrics
-                .requests
-                .with_label_values(&["authz", "not_configured"])
-                .inc();
+            self.state.metrics.count(Api::Authz, "not_configured");
             return Ok(Response::new(allow(Vec::new())));
         };
         // Values of any length: the engine keeps long ones in its keys as prefix and digest.
         let descriptors: Vec<Descriptor> = plan.descriptors(&view);
         if descriptors.is_empty() {
-            self.state
-                .metrics
-                .requests
-                .with_label_values(&["authz", "no_descriptors"])
-                .inc();
+            self.state.metrics.count(Api::Authz, "no_descriptors");
             return Ok(Response::new(allow(Vec::new())));
         }
         let mut decision = self

@@ -126,6 +126,12 @@ impl ServerMetrics {
         Ok(m)
     }
 
+    /// Counts a request of `api` that ended without a decision, as `code` (`invalid`,
+    /// `not_configured`, `no_descriptors`).
+    pub fn count(&self, api: Api, code: &str) {
+        self.requests.with_label_values(&[api.label(), code]).inc();
+    }
+
     /// Counts a decision: the request, and each descriptor a rule applied to.
     pub fn record(&self, api: Api, decision: &Decision) {
         let series = self.api(api);

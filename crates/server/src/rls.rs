@@ -40,11 +40,7 @@ impl RateLimitService for Rls {
         let descriptors = match checked {
             Ok(d) => d,
             Err(status) => {
-                self.state
-                    .metrics
-                    .requests
-                    .with_label_values(&["rls", "invalid"])
-                    .inc();
+                self.state.metrics.count(Api::Rls, "invalid");
                 return Err(status);
             }
         };

@@ -91,11 +91,7 @@ impl Usage for UsageService {
         let started = Instant::now();
         let req = request.into_inner();
         let descriptors = self.descriptors(&req).inspect_err(|_| {
-            self.state
-                .metrics
-                .requests
-                .with_label_values(&[Api::Report.label(), "invalid"])
-                .inc();
+            self.state.metrics.count(Api::Report, "invalid");
         })?;
         let decision = self
             .state
