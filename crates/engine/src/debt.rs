@@ -22,12 +22,13 @@ use sluice_core::config::Mode;
 use crate::bucket::LeaseBucket;
 use crate::decision::EngineSettings;
 use crate::key;
+use crate::ledger::LeaseState;
 use crate::metrics::{EngineMetrics, StoreOp, UsageOutcome};
 use crate::plan::Plan;
 use crate::store::{GlobalStore, StoreError, until};
 
 /// A bucket whose pending usage waits for the periodic flush.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Queued {
     bucket: Arc<LeaseBucket>,
     store_key: String,
@@ -35,6 +36,8 @@ struct Queued {
 }
 
 /// The queue of buckets with post-paid usage waiting to be sent with more, and when usage is due.
+/// Lock order: a bucket's mutex, then the queue's (never the reverse: the flush takes the whole
+/// queue before it locks any bucket).
 #[derive(Debug)]
 pub(crate) struct Debts {
     queue: Mutex<Vec<Queued>>,
@@ -73,31 +76,25 @@ impl Debts {
             if charge.reported == 0 || charge.info.mode == Mode::Local {
                 continue;
             }
-            let bucket = &charge.bucket;
-            let store_key =
-                || key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
-            let pending = {
-                let mut state = bucket.lock();
-                if state.debt_pending == 0 {
-                    continue;
-                }
-                if !self.debt_due(bucket, state.debt_pending, state.debt_since, now) {
-                    if !state.debt_queued {
-                        state.debt_queued = true;
-                        drop(state);
-                        self.queue(Arc::clone(bucket), store_key(), max_debt);
-                    }
-                    continue;
-                }
-                std::mem::take(&mut state.debt_pending)
-            };
-            let queued = Queued {
-                bucket: Arc::clone(bucket),
-                store_key: store_key(),
+            let queued = || Queued {
+                bucket: Arc::clone(&charge.bucket),
+                store_key: key::store_key(
+                    charge.bucket.identity,
+                    &descriptors[charge.descriptor].entries,
+                ),
                 max_debt,
             };
-            self.send(store, metrics, &queued, pending, now, deadline)
-                .await;
+            let due = self.take_due(
+                &charge.bucket,
+                &mut charge.bucket.lock(),
+                &queued,
+                now,
+                false,
+            );
+            if let Some(pending) = due {
+                self.send(store, metrics, &queued(), pending, now, deadline)
+                    .await;
+            }
         }
     }
 
@@ -112,39 +109,49 @@ impl Debts {
     ) {
         let queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
         for q in queued {
-            let pending = {
+            let due = {
                 let mut state = q.bucket.lock();
                 state.debt_queued = false;
-                if state.debt_pending == 0 {
-                    continue;
-                }
-                if !all && !self.debt_due(&q.bucket, state.debt_pending, state.debt_since, now) {
-                    state.debt_queued = true;
-                    drop(state);
-                    self.queue(q.bucket, q.store_key, q.max_debt);
-                    continue;
-                }
-                std::mem::take(&mut state.debt_pending)
+                self.take_due(&q.bucket, &mut state, &|| q.clone(), now, all)
             };
-            self.send(store, metrics, &q, pending, now, None).await;
+            if let Some(pending) = due {
+                self.send(store, metrics, &q, pending, now, None).await;
+            }
         }
     }
 
-    /// Whether `pending` usage, pending since `since`, should be sent now.
-    fn debt_due(&self, bucket: &LeaseBucket, pending: u64, since: u64, now: u64) -> bool {
+    /// Takes a bucket's pending usage (`state` is its locked state) if it is due, or `all`;
+    /// otherwise leaves it there and queues the bucket for the periodic flush.
+    fn take_due(
+        &self,
+        bucket: &LeaseBucket,
+        state: &mut LeaseState,
+        queued: &dyn Fn() -> Queued,
+        now: u64,
+        all: bool,
+    ) -> Option<u64> {
+        if state.debt_pending == 0 {
+            return None;
+        }
         let batch = (bucket.rate.burst as f64 * self.batch_fraction) as u64;
-        pending >= batch.max(1) || now.saturating_sub(since) >= self.horizon
+        let due = state.debt_pending >= batch.max(1)
+            || now.saturating_sub(state.debt_since) >= self.horizon;
+        if all || due {
+            return Some(std::mem::take(&mut state.debt_pending));
+        }
+        self.queue_once(state, queued);
+        None
     }
 
-    fn queue(&self, bucket: Arc<LeaseBucket>, store_key: String, max_debt: u64) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Queued {
-                bucket,
-                store_key,
-                max_debt,
-            });
+    /// Queues a bucket (`state` is its locked state) for the periodic flush, unless it is queued.
+    fn queue_once(&self, state: &mut LeaseState, queued: &dyn Fn() -> Queued) {
+        if !state.debt_queued {
+            state.debt_queued = true;
+            self.queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(queued());
+        }
     }
 
     /// Charges `pending` usage (taken from the bucket by the caller) to the global store.
@@ -177,11 +184,7 @@ impl Debts {
                     state.debt_since = now;
                 }
                 state.debt_pending = state.debt_pending.saturating_add(pending);
-                if !state.debt_queued {
-                    state.debt_queued = true;
-                    drop(state);
-                    self.queue(Arc::clone(&q.bucket), q.store_key.clone(), q.max_debt);
-                }
+                self.queue_once(&mut state, &|| q.clone());
             }
             // Cut off: it may have been charged. Sent at most once rather than twice.
             Err(StoreError::Timeout) => {
