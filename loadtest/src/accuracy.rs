@@ -285,20 +285,9 @@ async fn main() -> anyhow::Result<()> {
 
 /// `sluice_decisions_total{outcome="fallback"}` summed over the sidecars.
 fn fallback_decisions(sidecars: &[Sluice]) -> u64 {
-    sidecars
-        .iter()
-        .flat_map(|s| {
-            http_get(s.admin.port(), "/metrics", &[])
-                .body
-                .lines()
-                .filter(|l| {
-                    l.starts_with("sluice_decisions_total{") && l.contains("outcome=\"fallback\"")
-                })
-                .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-                .map(|v| v as u64)
-                .collect::<Vec<_>>()
-        })
-        .sum()
+    sidecars::sum_metric(sidecars, |l| {
+        l.starts_with("sluice_decisions_total{") && l.contains("outcome=\"fallback\"")
+    }) as u64
 }
 
 #[allow(clippy::too_many_arguments, clippy::print_stdout)]

@@ -19,7 +19,7 @@ use sluice_proto::envoy::protobuf::UInt64Value;
 use sluice_proto::envoy::ratelimit::RateLimitRequest;
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
-use sluice_testkit::process::{Sluice, http_get};
+use sluice_testkit::process::Sluice;
 use sluice_testkit::redis::{Cluster, Standalone};
 use tonic::transport::Channel;
 
@@ -147,16 +147,8 @@ async fn bucket(nodes: &mut [redis::aio::MultiplexedConnection]) -> anyhow::Resu
 
 /// `sluice_usage_tokens_total{outcome}` summed over the sidecars.
 fn usage_metric(sidecars: &[Sluice], outcome: &str) -> f64 {
-    let prefix = format!("sluice_usage_tokens_total{{outcome=\"{outcome}\"}} ");
-    sidecars
-        .iter()
-        .filter_map(|s| {
-            http_get(s.admin.port(), "/metrics", &[])
-                .body
-                .lines()
-                .find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
-        })
-        .sum()
+    let series = format!("sluice_usage_tokens_total{{outcome=\"{outcome}\"}} ");
+    sidecars::sum_metric(sidecars, |l| l.starts_with(&series))
 }
 
 #[tokio::main]

@@ -5,6 +5,21 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use sluice_testkit::process::{Sluice, http_get};
 
+/// The sum over the sidecars of every `/metrics` sample whose line (name and labels) `keep`s.
+pub fn sum_metric(sidecars: &[Sluice], keep: impl Fn(&str) -> bool) -> f64 {
+    sidecars
+        .iter()
+        .flat_map(|s| {
+            http_get(s.admin.port(), "/metrics", &[])
+                .body
+                .lines()
+                .filter(|l| !l.starts_with('#') && keep(l))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// Waits until every sidecar reports it reaches its store (`/readyz`: `degraded: false`).
 pub async fn wait_connected(sidecars: &[Sluice]) -> anyhow::Result<()> {
     for s in sidecars {
