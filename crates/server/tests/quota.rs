@@ -2,16 +2,9 @@
 
 mod common;
 
-use common::{CONFIG, TestServer, request};
+use common::{CONFIG, TestServer, entry, request};
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
-
-fn entry(k: &str, v: &str) -> pb::Entry {
-    pb::Entry {
-        key: k.into(),
-        value: v.into(),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_quota_peeks_without_consuming() {

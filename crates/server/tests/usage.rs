@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestServer, check_request, headers_of, request};
+use common::{TestServer, check_request, entry, headers_of, request};
 use sluice_proto::envoy::auth::check_response::HttpResponse;
 use sluice_proto::envoy::protobuf::UInt64Value;
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
@@ -26,13 +26,6 @@ authz:
   descriptors:
     - [{key: tenant, from: {header: x-tenant}}]
 "#;
-
-fn entry(k: &str, v: &str) -> pb::Entry {
-    pb::Entry {
-        key: k.into(),
-        value: v.into(),
-    }
-}
 
 fn report(reports: &[(&[(&str, &str)], u64)]) -> pb::ReportRequest {
     pb::ReportRequest {

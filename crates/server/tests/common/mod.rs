@@ -128,6 +128,14 @@ impl TestServer {
     }
 }
 
+/// A `sluice.v1` descriptor entry.
+pub fn entry(k: &str, v: &str) -> sluice_proto::sluice::v1::Entry {
+    sluice_proto::sluice::v1::Entry {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
 /// A request with one descriptor per `&[(key, value)]`.
 pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
     RateLimitRequest {
