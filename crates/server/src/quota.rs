@@ -140,10 +140,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
 
 /// The JSON form of a quota state, as `/quota` and `sluice quota get -o json` print it.
 pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
-    let until_full = s
-        .until_full
-        .as_ref()
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    let until_full = seconds(s.until_full.as_ref());
     serde_json::json!({
         "matched": s.matched, "rule": s.rule, "reason": s.reason,
         "requests_per_unit": s.requests_per_unit, "unit": s.unit, "burst": s.burst,
@@ -174,6 +171,11 @@ fn cursor_of(token: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+/// A duration from the API in seconds (0 when absent), as answers print it.
+pub fn seconds(d: Option<&prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 
 pub(crate) fn prost_duration(d: Duration) -> prost_types::Duration {

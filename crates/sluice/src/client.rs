@@ -310,10 +310,6 @@ pub async fn check(target: Target, descriptor: DescriptorArgs, hits: u32) -> any
 }
 
 fn print_state(s: &pb::QuotaState, output: Output) {
-    let until_full = s
-        .until_full
-        .as_ref()
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
     if output == Output::Json {
         out(&sluice_server::quota::state_json(s).to_string());
         return;
@@ -322,6 +318,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         out(&format!("not limited: {}", s.reason));
         return;
     }
+    let until_full = sluice_server::quota::seconds(s.until_full.as_ref());
     let mut rows = vec![
         vec!["rule".to_string(), s.rule.clone()],
         vec!["matched because".into(), s.reason.clone()],

@@ -25,10 +25,7 @@ pub async fn report(target: Target, descriptor: DescriptorArgs, tokens: u64) -> 
         .results
         .first()
         .ok_or_else(|| anyhow::anyhow!("the server answered no result"))?;
-    let until_full = r
-        .until_full
-        .as_ref()
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    let until_full = sluice_server::quota::seconds(r.until_full.as_ref());
     if target.output == Output::Json {
         out(&json!({
             "matched": r.matched, "rule": r.rule, "remaining": r.remaining, "debt": r.debt,
