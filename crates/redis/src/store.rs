@@ -147,15 +147,11 @@ impl RedisStore {
         want: u64,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let inv = scripts::bucket_call(&LEASE, key, &rate, now, &[want]);
-        let (granted, milli): (u64, i64) = self.call(&inv).await?;
-        Ok(LeaseGrant {
-            granted,
-            remaining: milli as f64 / 1000.0,
-        })
+        self.grant(&scripts::bucket_call(&LEASE, key, &rate, now, &[want]))
+            .await
     }
 
-    /// Charge with an explicit `now`.
+    /// Charge with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
     pub async fn charge_at(
         &self,
         key: &str,
@@ -164,10 +160,21 @@ impl RedisStore {
         max_debt: u64,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let inv = scripts::bucket_call(&CHARGE, key, &rate, now, &[tokens, max_debt]);
-        let (charged, milli): (u64, i64) = self.call(&inv).await?;
+        self.grant(&scripts::bucket_call(
+            &CHARGE,
+            key,
+            &rate,
+            now,
+            &[tokens, max_debt],
+        ))
+        .await
+    }
+
+    /// Runs a script that answers `{tokens, remaining_millitokens}` (lease, charge).
+    async fn grant(&self, inv: &redis::ScriptInvocation<'_>) -> Result<LeaseGrant, StoreError> {
+        let (granted, milli): (u64, i64) = self.call(inv).await?;
         Ok(LeaseGrant {
-            granted: charged,
+            granted,
             remaining: milli as f64 / 1000.0,
         })
     }
