@@ -16,6 +16,7 @@ use prost_types::{FileDescriptorProto, FileDescriptorSet};
 const ENVOY_ROOTS: &[&str] = &[
     "envoy/service/auth/v3/external_auth.proto",
     "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

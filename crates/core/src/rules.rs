@@ -16,6 +16,9 @@ use crate::config::{ChargeMode, ConfigError, Fallback, LimitOverrides, Mode};
 use crate::descriptor::Entry;
 use crate::hash::{fnv1a, fnv1a_of};
 
+mod bucket_id;
+pub use bucket_id::BucketMatch;
+
 /// Maps on the decision path hash with foldhash (fast, seeded per process).
 type HashMap<K, V> = StdHashMap<K, V, foldhash::fast::RandomState>;
 

@@ -23,6 +23,7 @@
 //!
 //! `docs/architecture.md` follows a request through these modules and lists the invariants.
 
+pub mod assignment;
 pub mod bucket;
 mod debt;
 pub mod decision;

@@ -14,11 +14,13 @@ pub mod sluice {
     }
 }
 
-/// Envoy's types used by sluice (auth v3, ratelimit v3, and what they depend on).
+/// Envoy's types used by sluice (auth v3, ratelimit v3, rate limit quota v3, and what they depend
+/// on).
 pub mod envoy {
     pub use envoy_types::pb::envoy::config::core::v3 as core;
     pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3 as common_ratelimit;
     pub use envoy_types::pb::envoy::service::auth::v3 as auth;
+    pub use envoy_types::pb::envoy::service::rate_limit_quota::v3 as rlqs;
     pub use envoy_types::pb::envoy::service::ratelimit::v3 as ratelimit;
     pub use envoy_types::pb::envoy::r#type::v3 as types;
     pub use envoy_types::pb::google::protobuf;

@@ -1,0 +1,102 @@
+//! RLQS messages: bucket ids in, assignments and abandons out.
+
+use std::time::Duration;
+
+use sluice_core::Entry;
+use sluice_engine::assignment::{Strategy, TokenBucket};
+use sluice_proto::envoy::protobuf;
+use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
+use sluice_proto::envoy::rlqs::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use sluice_proto::envoy::rlqs::BucketId;
+use sluice_proto::envoy::types::RateLimitStrategy;
+use sluice_proto::envoy::types::rate_limit_strategy::{BlanketRule, Strategy as WireStrategy};
+use tonic::Status;
+
+use crate::validate::{MAX_ENTRIES, MAX_ENTRY_BYTES};
+
+/// A bucket id's entries sorted by key (one spelling per bucket, whatever order Envoy used),
+/// checked like descriptor entries: bounded in number and key length, keys distinct.
+pub fn entries(id: Option<&BucketId>) -> Result<Vec<Entry>, Status> {
+    let Some(id) = id.filter(|id| !id.bucket.is_empty()) else {
+        return Err(Status::invalid_argument("a usage report has no bucket_id"));
+    };
+    if id.bucket.len() > MAX_ENTRIES {
+        return Err(Status::invalid_argument(format!(
+            "bucket_id has {} entries; the limit is {MAX_ENTRIES}",
+            id.bucket.len()
+        )));
+    }
+    let mut entries: Vec<Entry> = id
+        .bucket
+        .iter()
+        .map(|(k, v)| Entry::new(k.as_str(), v.as_str()))
+        .collect();
+    if let Some(long) = entries.iter().find(|e| e.key.len() > MAX_ENTRY_BYTES) {
+        return Err(Status::invalid_argument(format!(
+            "bucket_id key is {} bytes; the limit is {MAX_ENTRY_BYTES}",
+            long.key.len()
+        )));
+    }
+    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(entries)
+}
+
+/// The bucket id for `entries`, as Envoy sent it.
+pub fn bucket_id(entries: &[Entry]) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|e| (e.key.clone(), e.value.clone()))
+            .collect(),
+    }
+}
+
+/// An assignment of `strategy` for `ttl_secs`.
+pub fn assign(entries: &[Entry], strategy: Strategy, ttl_secs: u32) -> BucketAction {
+    let strategy = match strategy {
+        Strategy::DenyAll => WireStrategy::BlanketRule(BlanketRule::DenyAll as i32),
+        Strategy::AllowAll => WireStrategy::BlanketRule(BlanketRule::AllowAll as i32),
+        Strategy::Bucket(TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_secs,
+        }) => WireStrategy::TokenBucket(sluice_proto::envoy::types::TokenBucket {
+            max_tokens,
+            tokens_per_fill: Some(protobuf::UInt32Value {
+                value: tokens_per_fill,
+            }),
+            fill_interval: Some(duration(Duration::from_secs(fill_interval_secs.into()))),
+        }),
+    };
+    BucketAction {
+        bucket_id: Some(bucket_id(entries)),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(duration(Duration::from_secs(ttl_secs.into()))),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+/// Tells Envoy to forget the bucket.
+pub fn abandon(entries: &[Entry]) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(bucket_id(entries)),
+        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}
+
+/// The whole seconds of a report's `time_elapsed` (Envoy 1.40 sends whole seconds, 0 first).
+pub fn seconds(d: Option<&protobuf::Duration>) -> u64 {
+    d.map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
+}
+
+fn duration(d: Duration) -> protobuf::Duration {
+    protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
