@@ -19,7 +19,7 @@
 //! difference (a localhost stream delivers in well under a millisecond).
 
 /// Time allowed between sluice sending a response and Envoy applying it, in microseconds.
-pub const MARGIN_MICROS: u64 = 1_000_000;
+pub const MARGIN_MICROS: u64 = 250_000;
 
 const MICROS_PER_SEC: f64 = 1_000_000.0;
 

@@ -5,6 +5,8 @@
 //! - [`validate`]: request limits and the conversion of Envoy descriptors into the engine's.
 //! - [`rls`] — the rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 //! - [`authz`] — the ext_authz service, `envoy.service.auth.v3.Authorization/Check`.
+//! - [`rlqs`] — the rate limit quota service,
+//!   `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`.
 //! - [`quota`] — the operator API, `sluice.v1.Quota` (peek, list, watch, rules).
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
@@ -23,6 +25,7 @@ pub mod limits;
 pub mod metrics;
 pub mod quota;
 pub mod reload;
+pub mod rlqs;
 pub mod rls;
 pub mod serve;
 pub mod shadow;

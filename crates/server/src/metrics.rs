@@ -64,6 +64,8 @@ pub struct ServerMetrics {
     /// `sluice_quota_resets_total{outcome}`: `ResetQuota` calls (`ok`, `unauthenticated`,
     /// `disabled`, `not_found`, `failed`): failed attempts show someone guessing the token.
     pub resets: IntCounterVec,
+    /// RLQS streams, buckets and assignments.
+    pub rlqs: crate::rlqs::view::RlqsMetrics,
     rls: ApiSeries,
     authz: ApiSeries,
     report: ApiSeries,
@@ -117,6 +119,7 @@ impl ServerMetrics {
             latency,
             decisions,
             resets,
+            rlqs: crate::rlqs::view::RlqsMetrics::register(registry)?,
             rule_series: Arc::default(),
         };
         registry.register(Box::new(m.requests.clone()))?;

@@ -1,4 +1,4 @@
-//! Wiring: gRPC (RLS, ext_authz, health, reflection) and admin HTTP, with graceful shutdown.
+//! Wiring: gRPC (RLS, ext_authz, RLQS, health, reflection) and admin HTTP, with graceful shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
+use sluice_proto::envoy::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use sluice_proto::sluice::v1::quota_server::QuotaServer;
 use sluice_proto::sluice::v1::usage_server::UsageServer;
 use tokio::net::TcpListener;
@@ -16,6 +17,7 @@ use crate::authz::Authz;
 use crate::incoming::CappedIncoming;
 use crate::quota::QuotaService;
 use crate::reload::{ReloadMetrics, ReloadOptions};
+use crate::rlqs::RlqsService;
 use crate::rls::Rls;
 use crate::state::AppState;
 use crate::usage::UsageService;
@@ -24,6 +26,7 @@ use crate::usage::UsageService;
 pub const SERVICES: &[&str] = &[
     "envoy.service.ratelimit.v3.RateLimitService",
     "envoy.service.auth.v3.Authorization",
+    "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
     "sluice.v1.Quota",
     "sluice.v1.Usage",
     "grpc.health.v1.Health",
@@ -136,6 +139,9 @@ pub async fn serve(
         .add_service(reflection_alpha.build_v1alpha()?)
         .add_service(RateLimitServiceServer::new(Rls::new(Arc::clone(&state))))
         .add_service(AuthorizationServer::new(Authz::new(Arc::clone(&state))))
+        .add_service(RateLimitQuotaServiceServer::new(RlqsService::new(
+            Arc::clone(&state),
+        )))
         .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))))
         .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))));
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s

@@ -95,6 +95,11 @@ pub struct AppState {
     pub limits: Limits,
     /// Open `WatchQuota` streams.
     pub watchers: Arc<Watchers>,
+    /// Cancelled when shutdown begins: long-lived streams (RLQS) end and hand back what they
+    /// leased.
+    pub drain: CancellationToken,
+    /// What RLQS streams share.
+    pub rlqs: crate::rlqs::Shared,
 }
 
 impl AppState {
@@ -115,6 +120,8 @@ impl AppState {
             background: Background::default(),
             limits: Limits::default(),
             watchers: Arc::default(),
+            drain: CancellationToken::new(),
+            rlqs: crate::rlqs::Shared::default(),
         }
     }
 
@@ -126,6 +133,7 @@ impl AppState {
     /// Marks the server as draining.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
+        self.drain.cancel();
     }
 
     /// Whether shutdown has begun.

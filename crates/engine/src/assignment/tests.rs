@@ -7,6 +7,8 @@ use proptest::strategy::Strategy as _;
 use super::*;
 
 const SEC: u64 = 1_000_000;
+/// The margin in seconds.
+const M: f64 = MARGIN_MICROS as f64 / 1e6;
 
 fn tb(max_tokens: u32, tokens_per_fill: u32, fill_interval_secs: u32) -> Strategy {
     Strategy::Bucket(TokenBucket {
@@ -105,7 +107,7 @@ fn renewing_every_second_costs_one_second_of_refill() {
     let mut p = Prepaid::default();
     let first = p.quote(s, 3, 0);
     // Full bucket plus refill through the TTL and the margin.
-    assert!((first.cost - (10.0 + 10.0 * 4.0)).abs() < 1e-9);
+    assert!((first.cost - (10.0 + 10.0 * (3.0 + M))).abs() < 1e-9);
     p.commit(s, 3, 0);
     for k in 1..10u64 {
         let q = p.quote(s, 3, k * SEC);
@@ -122,21 +124,21 @@ fn a_longer_ttl_pays_the_extra_seconds_and_a_late_renewal_starts_over() {
     p.commit(s, 3, 0);
     // One second later with a TTL one second longer: two seconds of refill.
     assert!((p.quote(s, 4, SEC).cost - 10.0).abs() < 1e-9);
-    // Too late to be sure Envoy still holds it (TTL 3 s, margin 1 s): a new full bucket.
-    let late = p.quote(s, 3, 2 * SEC + 1);
+    // Too late to be sure Envoy still holds it (TTL 3 s less the margin): a new full bucket.
+    let late = p.quote(s, 3, 3 * SEC - MARGIN_MICROS);
     assert!(!late.renewal);
-    assert!((late.cost - (5.0 + 5.0 * 4.0)).abs() < 1e-9);
+    assert!((late.cost - (5.0 + 5.0 * (3.0 + M))).abs() < 1e-9);
 }
 
 #[test]
 fn replacing_a_strategy_credits_the_refill_paid_past_its_arrival() {
     let mut p = Prepaid::default();
-    p.commit(tb(10, 10, 1), 6, 0); // paid until 7 s
+    p.commit(tb(10, 10, 1), 6, 0); // paid until 6 s and the margin
     let q = p.quote(tb(20, 20, 1), 3, SEC);
     assert!(!q.renewal);
-    // Paid until 7 s, surely replaced by 2 s: 5 s of 10/s back.
+    // Surely replaced by 1 s and the margin: 5 s of 10/s back.
     assert!((q.credit - 50.0).abs() < 1e-9);
-    assert!((q.cost - (20.0 + 20.0 * 4.0)).abs() < 1e-9);
+    assert!((q.cost - (20.0 + 20.0 * (3.0 + M))).abs() < 1e-9);
     let deny = p.quote(Strategy::DenyAll, 3, SEC);
     assert_eq!(deny.cost, 0.0);
     assert!((p.credit_on_abandon(SEC) - 50.0).abs() < 1e-9);

@@ -1,0 +1,375 @@
+//! One Envoy bucket on one RLQS stream: its demand, the assignment sluice paid for, and the
+//! tokens leased for it but not yet assigned.
+//!
+//! Every tick (and after each usage report) [`Bucket::next`] picks the strategy to send:
+//! - **Share from demand**: the reported requests per second (allowed + denied over
+//!   `time_elapsed`) with 20% headroom, at most the rule's rate; before the first report that has
+//!   a duration, the rule's rate over the live sidecars. A share is kept while demand stays within
+//!   70–100% of it, grown only when Envoy reports denials, shrunk when demand falls below 70%, so
+//!   Envoy keeps its bucket (a changed strategy restarts it full, which costs `max_tokens`).
+//! - **Paid first**: the strategy's [`Quote`](sluice_engine::assignment::Quote) is taken from the
+//!   pool, leasing the shortfall plus `LOOKAHEAD` seconds of the share from the global store in
+//!   one call. What cannot be paid is not sent: the current assignment is renewed if that can be
+//!   paid, else a share the pool can pay, else `DENY_ALL` until the global bucket refills.
+//! - **Renewed before it lapses**: a new strategy is sent with a `NEW_TTL` TTL, then renewed
+//!   with `TTL` whenever less than `RENEW_BEFORE` of it is surely left, so a stream that drops
+//!   keeps Envoy enforcing a paid share until Envoy reconnects (it retries at its next report, 5 s
+//!   in Envoy 1.40).
+//! - **Store down**: the rule's fallback, unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`,
+//!   `local_share` → a token bucket at the rule's rate over the live sidecars.
+
+use std::sync::Arc;
+
+use sluice_core::Entry;
+use sluice_core::bucket::Rate;
+use sluice_core::config::Fallback;
+use sluice_engine::GlobalStore;
+use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket};
+
+/// TTL of a strategy when it is first sent (seconds).
+pub const NEW_TTL: u32 = 2;
+/// The longest TTL (seconds), reached one second per renewal while the pool pays for it:
+/// longer than Envoy 1.40's 5 s between reconnect attempts, so a stream that drops and reopens
+/// finds Envoy still enforcing a paid share.
+pub const TTL: u32 = 6;
+/// An assignment that is not surely live this long after now lapses before the next tick
+/// (a tick and half a tick of jitter, microseconds).
+const RENEW_BEFORE: u64 = 1_500_000;
+/// A share grows only by at least this factor (each change restarts Envoy's bucket full).
+const MIN_STEP: f64 = 1.1;
+/// Envoy's bucket holds this many seconds of its share.
+const BUCKET_SECS: f64 = 0.2;
+/// Slack for float rounding in sums of fractional costs (never a whole token).
+const SLACK: f64 = 1e-9;
+/// Seconds of the share leased ahead with each store call (fewer store calls per bucket).
+const LOOKAHEAD: f64 = 2.0;
+/// Share above reported demand.
+const HEADROOM: f64 = 1.2;
+/// Demand below this fraction of the share shrinks it.
+const SHRINK_BELOW: f64 = 0.7;
+/// Fill intervals are chosen so that a share has this many steps per interval at the rule's rate.
+const STEPS: f64 = 100.0;
+
+/// Where a bucket's tokens come from.
+#[derive(Clone)]
+pub struct Source {
+    /// The store holding the rule's bucket (the global store, or this sidecar's own for `local`).
+    pub store: Arc<dyn GlobalStore>,
+    /// The store key (the same one RLS and ext_authz charge).
+    pub key: String,
+    /// The rule's rate.
+    pub rate: Rate,
+    /// What to do while the store is down.
+    pub fallback: Fallback,
+}
+
+/// What to send for a bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Nothing: the assignment Envoy holds is paid and not about to lapse.
+    Keep,
+    /// Send this strategy with this TTL.
+    Send(Strategy, u32),
+}
+
+/// One bucket of one stream.
+pub struct Bucket {
+    /// The bucket id's entries, in the rule's order.
+    pub entries: Vec<Entry>,
+    /// The rule's label (metrics, Quota API).
+    pub rule: String,
+    source: Source,
+    prepaid: Prepaid,
+    /// Tokens leased (or credited) and not yet assigned.
+    pool: f64,
+    /// Requests per second Envoy last reported (allowed + denied), once a report had a duration.
+    demand: Option<f64>,
+    /// Whether the last report had denials.
+    saturated: bool,
+    /// When Envoy last reported traffic (engine clock, µs).
+    pub last_traffic: u64,
+    /// Totals reported.
+    pub allowed: u64,
+    /// Totals reported.
+    pub denied: u64,
+    /// Whether the strategy in force was sent unpaid (store down).
+    pub unpaid: bool,
+}
+
+impl Bucket {
+    /// A bucket first reported at `now`.
+    pub fn new(entries: Vec<Entry>, rule: String, source: Source, now: u64) -> Self {
+        Self {
+            entries,
+            rule,
+            source,
+            prepaid: Prepaid::default(),
+            pool: 0.0,
+            demand: None,
+            saturated: false,
+            last_traffic: now,
+            allowed: 0,
+            denied: 0,
+            unpaid: false,
+        }
+    }
+
+    /// The store key.
+    pub fn key(&self) -> &str {
+        &self.source.key
+    }
+
+    /// Takes a usage report in.
+    pub fn report(&mut self, allowed: u64, denied: u64, elapsed_secs: u64, now: u64) {
+        self.allowed = self.allowed.saturating_add(allowed);
+        self.denied = self.denied.saturating_add(denied);
+        let requests = allowed.saturating_add(denied);
+        if requests > 0 {
+            self.last_traffic = now;
+        }
+        // Envoy 1.40's first report of a bucket says 0 s: it tells that the bucket exists.
+        if elapsed_secs > 0 {
+            self.demand = Some(requests as f64 / elapsed_secs as f64);
+            self.saturated = denied > 0;
+        }
+    }
+
+    /// The strategy in force, as last sent.
+    pub fn strategy(&self) -> Option<Strategy> {
+        self.prepaid.strategy()
+    }
+
+    /// Requests per second last reported.
+    pub fn demand(&self) -> Option<f64> {
+        self.demand
+    }
+
+    /// Decides what to send at `now` and pays for it; `instances` is the live sidecar count.
+    pub async fn next(&mut self, now: u64, instances: u64) -> Step {
+        let current = self.live_bucket(now);
+        let target = self.target(current, instances);
+        // The TTL grows a second per renewal, but not while the pool is saved for a new share.
+        let renewal = current.map(|tb| {
+            let step = u32::from(target.is_none());
+            let ttl = (self.prepaid.ttl_secs() + step).clamp(NEW_TTL, TTL);
+            (Strategy::Bucket(tb), ttl)
+        });
+        // One store call at most: enough for the larger of the new share and the renewal, and
+        // `LOOKAHEAD` seconds more.
+        let mut need: f64 = 0.0;
+        if let Some(rate) = target {
+            let q = self.quote_rate(rate, now);
+            need = need.max(q.cost - q.credit);
+        }
+        if let Some((s, ttl)) = renewal {
+            need = need.max(self.prepaid.quote(s, ttl, now).cost);
+        }
+        if need > self.pool + SLACK {
+            let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
+            if self.lease(need - self.pool + rate * LOOKAHEAD).await.is_err() {
+                // The store is down: a paid assignment runs on while it can, then the fallback.
+                if current.is_some() && !self.lapsing(now) {
+                    return Step::Keep;
+                }
+                return self.fallback(now, instances);
+            }
+        }
+        // A new share: the target, else the largest step toward it the pool pays for.
+        if let Some(rate) = target {
+            let have = current.map_or(0.0, |tb| tb.rate());
+            let mut r = rate;
+            while r >= self.min_rate() && (current.is_none() || r >= have * MIN_STEP || r < have) {
+                let s = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(r)));
+                if self.try_pay(s, NEW_TTL, now) {
+                    return self.sent(s, NEW_TTL, now, false);
+                }
+                r = if current.is_some() && r > have {
+                    have + (r - have) / 2.0
+                } else {
+                    r * 0.7
+                };
+            }
+        }
+        // Renew the share Envoy holds: a second longer if the pool pays for it, else as long.
+        if let Some((s, ttl)) = renewal {
+            for t in [ttl, self.prepaid.ttl_secs()] {
+                if self.try_pay(s, t, now) {
+                    return self.sent(s, t, now, false);
+                }
+            }
+            if !self.lapsing(now) {
+                return Step::Keep;
+            }
+            // About to lapse unpaid: a smaller share the pool pays for.
+            let mut r = s_rate(s) * 0.7;
+            while r >= self.min_rate() {
+                let smaller = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(r)));
+                if self.try_pay(smaller, NEW_TTL, now) {
+                    return self.sent(smaller, NEW_TTL, now, false);
+                }
+                r *= 0.7;
+            }
+        }
+        // Nothing paid is left: DENY_ALL, renewed every tick, until the global bucket refills.
+        let q = self.prepaid.quote(Strategy::DenyAll, TTL, now);
+        self.pool += q.credit;
+        self.sent(Strategy::DenyAll, TTL, now, false)
+    }
+
+    /// Gives back what Envoy can no longer admit once an abandon sent at `now` arrives, with the
+    /// pool: tokens for the store to take back.
+    pub fn abandon(&mut self, now: u64) -> u64 {
+        let back = self.pool + self.prepaid.credit_on_abandon(now);
+        self.pool = 0.0;
+        self.prepaid = Prepaid::default();
+        back.max(0.0).floor() as u64
+    }
+
+    /// Tokens leased and unassigned (a stream that ends returns them).
+    pub fn take_pool(&mut self) -> u64 {
+        let back = self.pool.max(0.0).floor() as u64;
+        self.pool = 0.0;
+        back
+    }
+
+    /// The source, to return tokens to.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The tokens per second of the strategy in force (0 for DENY_ALL, the rule's rate for
+    /// ALLOW_ALL).
+    pub fn assigned_rate(&self) -> f64 {
+        match self.prepaid.strategy() {
+            Some(Strategy::Bucket(tb)) => tb.rate(),
+            Some(Strategy::AllowAll) => self.rate_per_sec(),
+            _ => 0.0,
+        }
+    }
+
+    fn sent(&mut self, strategy: Strategy, ttl: u32, now: u64, unpaid: bool) -> Step {
+        tracing::debug!(key = %self.source.key, ?strategy, ttl, pool = self.pool, demand = ?self.demand,
+            saturated = self.saturated, unpaid, "RLQS assignment");
+        self.prepaid.commit(strategy, ttl, now);
+        self.unpaid = unpaid;
+        Step::Send(strategy, ttl)
+    }
+
+    fn fallback(&mut self, now: u64, instances: u64) -> Step {
+        let strategy = match self.source.fallback {
+            Fallback::Allow => Strategy::AllowAll,
+            Fallback::Deny => Strategy::DenyAll,
+            Fallback::LocalShare => self.prepaid.distinct(Strategy::Bucket(
+                self.token_bucket(self.rate_per_sec() / instances.max(1) as f64),
+            )),
+        };
+        if self.prepaid.strategy() == Some(strategy) && self.unpaid && !self.lapsing(now) {
+            return Step::Keep;
+        }
+        self.sent(strategy, NEW_TTL, now, true)
+    }
+
+    /// The token bucket Envoy surely still holds when a response sent now arrives.
+    fn live_bucket(&self, now: u64) -> Option<TokenBucket> {
+        match self.prepaid.strategy() {
+            Some(Strategy::Bucket(tb)) if self.prepaid.live(now) && !self.unpaid => Some(tb),
+            _ => None,
+        }
+    }
+
+    /// The share to move to, if any: from demand (or an even split before Envoy reported any),
+    /// with hysteresis around `current`; `None` keeps the share Envoy holds.
+    fn target(&self, current: Option<TokenBucket>, instances: u64) -> Option<f64> {
+        let max = self.rate_per_sec();
+        let want = match self.demand {
+            Some(d) => (d * HEADROOM).clamp(self.min_rate(), max),
+            None => (max / instances.max(1) as f64).max(self.min_rate()),
+        };
+        let Some(tb) = current else {
+            return Some(want);
+        };
+        let have = tb.rate();
+        // Before Envoy reported a duration, grow toward the even split as the pool allows.
+        let grow = want >= have * MIN_STEP && (self.saturated || self.demand.is_none());
+        let shrink = want < have * SHRINK_BELOW;
+        (grow || shrink).then_some(want)
+    }
+
+    fn quote_rate(&self, rate: f64, now: u64) -> Quote {
+        let s = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(rate)));
+        self.prepaid.quote(s, NEW_TTL, now)
+    }
+
+    /// Leases `tokens` (rounded up, at most the burst) into the pool; `Err` if the store is
+    /// unavailable.
+    async fn lease(&mut self, tokens: f64) -> Result<(), ()> {
+        let want = tokens.ceil().clamp(1.0, self.source.rate.burst as f64) as u64;
+        match self
+            .source
+            .store
+            .lease(&self.source.key, self.source.rate, want)
+            .await
+        {
+            Ok(grant) => {
+                self.pool += grant.granted as f64;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(key = %self.source.key, error = %e, "RLQS lease failed");
+                Err(())
+            }
+        }
+    }
+
+    /// Pays for `strategy` from the pool if it can.
+    fn try_pay(&mut self, strategy: Strategy, ttl: u32, now: u64) -> bool {
+        let q = self.prepaid.quote(strategy, ttl, now);
+        if self.pool + q.credit + SLACK < q.cost {
+            return false;
+        }
+        self.pool += q.credit - q.cost;
+        true
+    }
+
+    /// Whether the assignment in force lapses before the next tick can renew it.
+    fn lapsing(&self, now: u64) -> bool {
+        !self.prepaid.live(now.saturating_add(RENEW_BEFORE))
+    }
+
+    fn rate_per_sec(&self) -> f64 {
+        let r = &self.source.rate;
+        r.requests_per_unit as f64 / r.unit.seconds() as f64
+    }
+
+    /// The fill interval for this rule: whole seconds, long enough that a share has `STEPS`
+    /// steps per interval at the rule's rate (1 s for 100/s and above).
+    fn fill_interval(&self) -> u32 {
+        let secs = (STEPS / self.rate_per_sec().max(1e-9)).ceil();
+        secs.clamp(1.0, f64::from(86_400u32)) as u32
+    }
+
+    fn min_rate(&self) -> f64 {
+        1.0 / f64::from(self.fill_interval())
+    }
+
+    /// A token bucket refilling at about `rate` per second, holding `BUCKET_SECS` of it (at
+    /// least one token, at most the rule's burst): each new strategy costs its size again.
+    fn token_bucket(&self, rate: f64) -> TokenBucket {
+        let interval = self.fill_interval();
+        let per_fill = (rate * f64::from(interval)).round().clamp(1.0, f64::from(u32::MAX));
+        let burst = self.source.rate.burst.clamp(1, u64::from(u32::MAX)) as f64;
+        let max_tokens = (rate * BUCKET_SECS).ceil().clamp(1.0, burst);
+        TokenBucket {
+            max_tokens: max_tokens as u32,
+            tokens_per_fill: per_fill as u32,
+            fill_interval_secs: interval,
+        }
+    }
+}
+
+fn s_rate(s: Strategy) -> f64 {
+    match s {
+        Strategy::Bucket(tb) => tb.rate(),
+        _ => 0.0,
+    }
+}

@@ -1,0 +1,98 @@
+//! Envoy's rate limit quota service (RLQS): `StreamRateLimitQuotas`.
+//!
+//! Envoy's `envoy.filters.http.rate_limit_quota` filter decides every request itself, in token
+//! buckets sluice assigns, and streams usage reports back. Each stream is one task
+//! ([`stream::run`]): reports come in (every 5 s in Envoy 1.40, and at once for a new bucket),
+//! and every second, or at once for a bucket seen for the first time, each bucket's next
+//! assignment is paid from the global store and sent ([`bucket::Bucket::next`]). A bucket id maps
+//! to the rule whose descriptor uses its keys (`RuleSet::match_bucket_id`), with the store key RLS
+//! and ext_authz charge: one limit, whichever API enforces it.
+//!
+//! - [`bucket`]: one bucket's share, prepaid assignment and pool.
+//! - [`stream`]: the per-stream loop, matching, abandoning idle buckets, returning pools.
+//! - [`view`]: what operators see: metrics and the Quota API's `ListAssignments`.
+//! - [`wire`]: proto conversions.
+
+pub mod bucket;
+pub mod stream;
+pub mod view;
+pub mod wire;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sluice_proto::envoy::rlqs::rate_limit_quota_service_server::RateLimitQuotaService;
+use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::state::AppState;
+
+/// What every RLQS stream of this sidecar shares.
+pub struct Shared {
+    /// Each open stream's buckets, for the Quota API.
+    pub streams: view::Streams,
+    /// The store for `mode: local` rules: this sidecar's own buckets, apart from the global
+    /// store (RLS and ext_authz keep theirs in the engine: RLQS and they do not share a local
+    /// limit).
+    pub local: Arc<dyn sluice_engine::GlobalStore>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            streams: view::Streams::default(),
+            local: sluice_engine::MemoryStore::new(sluice_core::SystemClock::new()),
+        }
+    }
+}
+
+/// Responses waiting to be written to one stream; a stream whose Envoy stops reading stops being
+/// ticked (each tick waits for room), so a slow client holds at most this many.
+const OUTBOX: usize = 16;
+
+/// The RLQS gRPC service.
+pub struct RlqsService {
+    state: Arc<AppState>,
+}
+
+impl RlqsService {
+    /// The service over `state`.
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for RlqsService {
+    type StreamRateLimitQuotasStream = ResponseStream;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        if self.state.is_draining() {
+            return Err(Status::unavailable("sluice is shutting down"));
+        }
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let (tx, rx) = tokio::sync::mpsc::channel(OUTBOX);
+        let state = Arc::clone(&self.state);
+        let inbound = request.into_inner();
+        state
+            .background
+            .tasks
+            .spawn(stream::run(Arc::clone(&state), peer, inbound, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

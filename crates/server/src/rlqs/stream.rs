@@ -1,0 +1,429 @@
+//! One RLQS stream: its domain, its buckets, and the loop that answers Envoy.
+//!
+//! The loop acts after every usage report and every second: each bucket gets its next paid
+//! assignment, or nothing if the one it holds is paid and not about to lapse. A bucket with no
+//! rule (no rule uses exactly its keys, an `unlimited` or shadow-mode rule, or global shadow
+//! mode) is told `ALLOW_ALL`, as RLS would answer OK. A bucket without traffic for
+//! [`ABANDON_AFTER`] is abandoned (Envoy forgets it; its next request starts it again), and so is
+//! one whose rule changed on reload, so no assignment outlives the limit it was paid under. When
+//! the stream ends, tokens leased and not assigned go back to the store; what Envoy may still
+//! admit until its assignments expire stays spent.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::rules::{BucketMatch, Limit};
+use sluice_core::{Entry, RuleSet};
+use sluice_engine::assignment::Strategy;
+use sluice_engine::key::{key_value, store_key};
+use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
+use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use tokio::sync::mpsc::Sender;
+use tonic::{Status, Streaming};
+
+use super::bucket::{Bucket, Source, Step, TTL};
+use super::view::{BucketView, StreamView};
+use super::wire;
+use crate::state::AppState;
+
+/// Most buckets one stream may hold; reports of more are left unassigned (Envoy applies its
+/// `no_assignment_behavior`) and counted.
+pub const MAX_BUCKETS: usize = 4096;
+/// A bucket with no reported traffic for this long is abandoned.
+pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
+/// How often every bucket is looked at.
+const TICK: Duration = Duration::from_secs(1);
+
+/// A bucket the stream tracks.
+enum Tracked {
+    /// Matched a limited rule.
+    Limited(Box<Bucket>),
+    /// No limit applies: kept at `ALLOW_ALL`.
+    Free(Free),
+}
+
+struct Free {
+    entries: Vec<Entry>,
+    sent_at: Option<u64>,
+    last_traffic: u64,
+    allowed: u64,
+    denied: u64,
+}
+
+struct Slot {
+    tracked: Tracked,
+    /// Metric label of the bucket (entries in the rule's order, long values digested).
+    label: String,
+    rule: String,
+    /// Tokens per second last added to the assigned-rate gauge.
+    gauged: f64,
+}
+
+/// Runs one stream until Envoy closes it, it fails, or sluice drains.
+pub async fn run(
+    state: Arc<AppState>,
+    peer: String,
+    mut inbound: Streaming<RateLimitQuotaUsageReports>,
+    tx: Sender<Result<RateLimitQuotaResponse, Status>>,
+) {
+    let id = state.rlqs.streams.open();
+    state.metrics.rlqs.streams.inc();
+    let mut stream = RlqsStream {
+        state: Arc::clone(&state),
+        domain: None,
+        rules: state.engine.rules(),
+        slots: HashMap::new(),
+    };
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let drain = state.drain.clone();
+    let failed = loop {
+        tokio::select! {
+            () = drain.cancelled() => break None,
+            () = tx.closed() => break None,
+            msg = inbound.message() => match msg {
+                Ok(Some(reports)) => {
+                    if let Err(status) = stream.report(reports) {
+                        break Some(status);
+                    }
+                }
+                Ok(None) => break None,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "RLQS stream ended");
+                    break None;
+                }
+            },
+            _ = tick.tick() => {}
+        }
+        let actions = stream.act().await;
+        if !actions.is_empty()
+            && tx
+                .send(Ok(RateLimitQuotaResponse {
+                    bucket_action: actions,
+                }))
+                .await
+                .is_err()
+        {
+            break None;
+        }
+        state.rlqs.streams.update(id, stream.view(&peer));
+    };
+    if let Some(status) = failed {
+        tracing::info!(%peer, status = %status.message(), "RLQS stream refused");
+        let _ = tx.send(Err(status)).await;
+    }
+    stream.finish().await;
+    state.rlqs.streams.close(id);
+    state.metrics.rlqs.streams.dec();
+}
+
+struct RlqsStream {
+    state: Arc<AppState>,
+    domain: Option<String>,
+    /// The rules the buckets were matched with.
+    rules: Arc<RuleSet>,
+    /// By bucket id, entries sorted by key.
+    slots: HashMap<Vec<Entry>, Slot>,
+}
+
+impl RlqsStream {
+    /// Takes a usage report message in.
+    fn report(&mut self, reports: RateLimitQuotaUsageReports) -> Result<(), Status> {
+        match &self.domain {
+            None if reports.domain.is_empty() => {
+                return Err(Status::invalid_argument(
+                    "the first usage report of a stream must name its domain",
+                ));
+            }
+            None => {
+                crate::validate::domain(&reports.domain)?;
+                self.domain = Some(reports.domain);
+            }
+            Some(d) if !reports.domain.is_empty() && *d != reports.domain => {
+                return Err(Status::invalid_argument(format!(
+                    "a stream has one domain ('{d}'); open another stream for '{}'",
+                    reports.domain
+                )));
+            }
+            Some(_) => {}
+        }
+        let now = self.state.engine.now();
+        for usage in reports.bucket_quota_usages {
+            let entries = match wire::entries(usage.bucket_id.as_ref()) {
+                Ok(e) => e,
+                Err(status) => {
+                    self.state.metrics.rlqs.refused.with_label_values(&["bad_id"]).inc();
+                    return Err(status);
+                }
+            };
+            let elapsed = wire::seconds(usage.time_elapsed.as_ref());
+            let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
+            if !self.slots.contains_key(&entries) {
+                if self.slots.len() >= MAX_BUCKETS {
+                    self.state.metrics.rlqs.refused.with_label_values(&["too_many"]).inc();
+                    continue;
+                }
+                let slot = self.track(entries.clone(), now);
+                self.slots.insert(entries.clone(), slot);
+            }
+            let Some(slot) = self.slots.get_mut(&entries) else {
+                continue;
+            };
+            let m = &self.state.metrics.rlqs;
+            m.reported
+                .with_label_values(&[&slot.rule, &slot.label, "allowed"])
+                .inc_by(allowed);
+            m.reported
+                .with_label_values(&[&slot.rule, &slot.label, "denied"])
+                .inc_by(denied);
+            match &mut slot.tracked {
+                Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
+                Tracked::Free(f) => {
+                    f.allowed = f.allowed.saturating_add(allowed);
+                    f.denied = f.denied.saturating_add(denied);
+                    if allowed.saturating_add(denied) > 0 {
+                        f.last_traffic = now;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts tracking a bucket id (entries sorted by key) under the current rules.
+    fn track(&self, entries: Vec<Entry>, now: u64) -> Slot {
+        let domain = self.domain.as_deref().unwrap_or_default();
+        let shadow = self.state.runtime.load().shadow_mode;
+        let (tracked, rule) = match self.rules.match_bucket_id(domain, &entries) {
+            BucketMatch::Rule(rule, ordered) => match rule.limit {
+                Limit::Limited {
+                    rate,
+                    mode,
+                    fallback,
+                    ..
+                } if !rule.shadow_mode && !shadow => {
+                    let store = if mode == sluice_core::config::Mode::Local {
+                        Arc::clone(&self.state.rlqs.local)
+                    } else {
+                        Arc::clone(self.state.engine.store())
+                    };
+                    let source = Source {
+                        store,
+                        key: store_key(rule.fingerprint, &ordered),
+                        rate,
+                        fallback,
+                    };
+                    let b = Bucket::new(ordered, rule.label.clone(), source, now);
+                    (Tracked::Limited(Box::new(b)), rule.label.clone())
+                }
+                _ => (free(ordered, now), rule.label.clone()),
+            },
+            BucketMatch::NoRule | BucketMatch::UnknownDomain => {
+                (free(entries, now), String::new())
+            }
+        };
+        let ordered = match &tracked {
+            Tracked::Limited(b) => &b.entries,
+            Tracked::Free(f) => &f.entries,
+        };
+        let label = ordered
+            .iter()
+            .map(|e| format!("{}={}", e.key, key_value(&e.value)))
+            .collect::<Vec<_>>()
+            .join("|");
+        self.state.metrics.rlqs.envoy(&rule, &label, 1);
+        Slot {
+            tracked,
+            label,
+            rule,
+            gauged: 0.0,
+        }
+    }
+
+    /// Decides and pays every bucket's next action.
+    async fn act(&mut self) -> Vec<BucketAction> {
+        let mut actions = Vec::new();
+        let now = self.state.engine.now();
+        let rules = self.state.engine.rules();
+        let reloaded = !Arc::ptr_eq(&rules, &self.rules);
+        self.rules = rules;
+        let instances = self.state.engine.store().live_instances();
+        let idle = u64::try_from(ABANDON_AFTER.as_micros()).unwrap_or(u64::MAX);
+        let mut gone = Vec::new();
+        for (id, slot) in &mut self.slots {
+            let last_traffic = match &slot.tracked {
+                Tracked::Limited(b) => b.last_traffic,
+                Tracked::Free(f) => f.last_traffic,
+            };
+            let stale = reloaded && {
+                let domain = self.domain.as_deref().unwrap_or_default();
+                !same_limit(&slot.tracked, self.rules.match_bucket_id(domain, id))
+            };
+            if stale || now.saturating_sub(last_traffic) > idle {
+                gone.push(id.clone());
+                continue;
+            }
+            let step = match &mut slot.tracked {
+                Tracked::Limited(b) => b.next(now, instances).await,
+                Tracked::Free(f) => f.next(now),
+            };
+            if let Step::Send(strategy, ttl) = step {
+                actions.push(wire::assign(entries_of(&slot.tracked), strategy, ttl));
+                self.state.metrics.rlqs.sent(Some(strategy));
+            }
+            let rate = match &slot.tracked {
+                Tracked::Limited(b) => b.assigned_rate(),
+                Tracked::Free(_) => 0.0,
+            };
+            if rate != slot.gauged {
+                self.state
+                    .metrics
+                    .rlqs
+                    .assigned
+                    .with_label_values(&[&slot.rule, &slot.label])
+                    .add(rate - slot.gauged);
+                slot.gauged = rate;
+            }
+        }
+        for id in gone {
+            if let Some(mut slot) = self.slots.remove(&id) {
+                actions.push(wire::abandon(entries_of(&slot.tracked)));
+                self.state.metrics.rlqs.sent(None);
+                if let Tracked::Limited(b) = &mut slot.tracked {
+                    let back = b.abandon(now);
+                    give_back(b, back).await;
+                }
+                self.untrack(&slot);
+            }
+        }
+        actions
+    }
+
+    /// The stream ended: unassigned tokens go back to the store.
+    async fn finish(&mut self) {
+        for (_, mut slot) in self.slots.drain() {
+            if let Tracked::Limited(b) = &mut slot.tracked {
+                let back = b.take_pool();
+                give_back(b, back).await;
+            }
+            let m = &self.state.metrics.rlqs;
+            if slot.gauged != 0.0 {
+                m.assigned
+                    .with_label_values(&[&slot.rule, &slot.label])
+                    .sub(slot.gauged);
+            }
+            m.envoy(&slot.rule, &slot.label, -1);
+        }
+    }
+
+    fn untrack(&self, slot: &Slot) {
+        let m = &self.state.metrics.rlqs;
+        if slot.gauged != 0.0 {
+            m.assigned
+                .with_label_values(&[&slot.rule, &slot.label])
+                .sub(slot.gauged);
+        }
+        m.envoy(&slot.rule, &slot.label, -1);
+    }
+
+    fn view(&self, peer: &str) -> StreamView {
+        let mut buckets: Vec<BucketView> = self
+            .slots
+            .values()
+            .map(|slot| match &slot.tracked {
+                Tracked::Limited(b) => BucketView {
+                    rule: slot.rule.clone(),
+                    entries: pairs(&b.entries),
+                    strategy: b.strategy(),
+                    ttl_secs: 0,
+                    tokens_per_second: b.assigned_rate(),
+                    demand: b.demand(),
+                    allowed: b.allowed,
+                    denied: b.denied,
+                    unpaid: b.unpaid,
+                },
+                Tracked::Free(f) => BucketView {
+                    rule: slot.rule.clone(),
+                    entries: pairs(&f.entries),
+                    strategy: f.sent_at.map(|_| Strategy::AllowAll),
+                    ttl_secs: TTL,
+                    tokens_per_second: 0.0,
+                    demand: None,
+                    allowed: f.allowed,
+                    denied: f.denied,
+                    unpaid: false,
+                },
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.entries.cmp(&b.entries));
+        StreamView {
+            peer: peer.to_string(),
+            domain: self.domain.clone().unwrap_or_default(),
+            buckets,
+        }
+    }
+}
+
+impl Free {
+    fn next(&mut self, now: u64) -> Step {
+        let due = self.sent_at.is_none_or(|at| {
+            now.saturating_sub(at) + 2_000_000 >= u64::from(TTL) * 1_000_000
+        });
+        if !due {
+            return Step::Keep;
+        }
+        self.sent_at = Some(now);
+        Step::Send(Strategy::AllowAll, TTL)
+    }
+}
+
+fn free(entries: Vec<Entry>, now: u64) -> Tracked {
+    Tracked::Free(Free {
+        entries,
+        sent_at: None,
+        last_traffic: now,
+        allowed: 0,
+        denied: 0,
+    })
+}
+
+fn entries_of(t: &Tracked) -> &[Entry] {
+    match t {
+        Tracked::Limited(b) => &b.entries,
+        Tracked::Free(f) => &f.entries,
+    }
+}
+
+fn pairs(entries: &[Entry]) -> Vec<(String, String)> {
+    entries
+        .iter()
+        .map(|e| (e.key.clone(), key_value(&e.value).into_owned()))
+        .collect()
+}
+
+/// Whether a bucket still maps to the limit (store key) it was paid under.
+fn same_limit(tracked: &Tracked, now: BucketMatch<'_>) -> bool {
+    match (tracked, now) {
+        (Tracked::Limited(b), BucketMatch::Rule(rule, ordered)) => {
+            matches!(rule.limit, Limit::Limited { .. })
+                && !rule.shadow_mode
+                && b.key() == store_key(rule.fingerprint, &ordered)
+        }
+        (Tracked::Free(_), BucketMatch::Rule(rule, _)) => {
+            !matches!(rule.limit, Limit::Limited { .. }) || rule.shadow_mode
+        }
+        (Tracked::Free(_), _) => true,
+        (Tracked::Limited(_), _) => false,
+    }
+}
+
+async fn give_back(b: &Bucket, tokens: u64) {
+    if tokens == 0 {
+        return;
+    }
+    let s = b.source();
+    if let Err(e) = s.store.release(&s.key, s.rate, tokens).await {
+        tracing::debug!(key = %s.key, error = %e, "RLQS tokens not returned");
+    }
+}
