@@ -178,6 +178,29 @@ impl Prepaid {
     }
 }
 
+/// The max-min fair share of `capacity` (tokens per second) for a client wanting `mine`, among
+/// every client's demand `all` (`mine` included): demands below an even split are met in full
+/// and what they leave is split evenly among the rest (Doorman's fair share). When every demand
+/// fits with `headroom` to spare, each gets its demand times `headroom`.
+pub fn fair_share(capacity: f64, mine: f64, all: &[f64], headroom: f64) -> f64 {
+    let total: f64 = all.iter().sum();
+    if total * headroom <= capacity {
+        return mine * headroom;
+    }
+    let mut sorted = all.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let (mut left, mut n) = (capacity, sorted.len());
+    for d in sorted {
+        let level = left / n as f64;
+        if d > level {
+            return mine.min(level);
+        }
+        left -= d;
+        n -= 1;
+    }
+    mine
+}
+
 fn secs(s: u32) -> u64 {
     u64::from(s) * 1_000_000
 }

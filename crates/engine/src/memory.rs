@@ -31,12 +31,18 @@ pub struct MemoryStore<C: Clock> {
     /// When a purge left the store full: the earliest time a bucket can be full again, so new
     /// keys before then are refused without scanning again.
     no_room_until: AtomicU64,
+    /// RLQS demands by bucket key: (client, milli-requests per second, expiry µs). A key's
+    /// entry goes when its last demand is withdrawn or has expired.
+    demands: std::sync::Mutex<std::collections::HashMap<String, Vec<Demand>>>,
 }
 
 /// A store key's 128-bit keyed hash. Keys come from request data, so they are hashed with
 /// secret random keys (SipHash, as std's HashMap does against HashDoS): a client cannot make
 /// two keys share a bucket on purpose, and by chance it takes ~2^64 keys.
 type KeyId = u128;
+
+/// One RLQS client's demand: (client, milli-requests per second, expiry µs).
+type Demand = (u64, u64, u64);
 
 impl<C: Clock> MemoryStore<C> {
     /// An empty store with no bound on its size (tests, benchmarks).
@@ -52,6 +58,7 @@ impl<C: Clock> MemoryStore<C> {
             ids: (RandomState::new(), RandomState::new()),
             max_keys,
             no_room_until: AtomicU64::new(0),
+            demands: std::sync::Mutex::default(),
         })
     }
 
@@ -182,6 +189,33 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         self.buckets.remove(&self.id(key));
         Box::pin(async { Ok(()) })
+    }
+
+    fn demand<'a>(
+        &'a self,
+        key: &'a str,
+        client: u64,
+        milli_rps: u64,
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, Vec<u64>> {
+        let now = self.clock.now_micros();
+        let until = now.saturating_add(u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX));
+        let mut all = self
+            .demands
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let live = {
+            let entries = all.entry(key.to_string()).or_default();
+            entries.retain(|&(c, _, expiry)| c != client && expiry > now);
+            if milli_rps > 0 {
+                entries.push((client, milli_rps, until));
+            }
+            entries.iter().map(|&(_, d, _)| d).collect::<Vec<u64>>()
+        };
+        if live.is_empty() {
+            all.remove(key);
+        }
+        Box::pin(async move { Ok(live) })
     }
 
     fn is_in_process(&self) -> bool {

@@ -70,6 +70,21 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// Forgets the bucket at `key`, so it is full again.
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
 
+    /// Records `client`'s demand (milli-requests per second; 0 withdraws it) on the bucket at
+    /// `key` for `ttl`, and returns every live client's demand, this one's included, in no
+    /// particular order (RLQS sizes each Envoy's share from all of them). A store shared by one
+    /// process only sees its own clients; by default a store keeps none but the caller's.
+    fn demand<'a>(
+        &'a self,
+        key: &'a str,
+        client: u64,
+        milli_rps: u64,
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, Vec<u64>> {
+        let _ = (key, client, ttl);
+        Box::pin(std::future::ready(Ok(vec![milli_rps])))
+    }
+
     /// Whether the store is known to be unavailable (circuit open, not connected): decisions use
     /// each rule's fallback. Reported in `/readyz` and `sluice_degraded`.
     fn degraded(&self) -> bool {

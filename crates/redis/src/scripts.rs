@@ -21,6 +21,9 @@ pub static PEEK: LazyLock<Script> =
 /// `{charged, remaining_millitokens}`.
 pub static CHARGE: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/charge.lua")));
+/// `demand.lua`: record one client's RLQS demand for a bucket and read every live client's.
+pub static DEMAND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/demand.lua")));
 /// `heartbeat.lua`: register this instance and count live ones.
 pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/heartbeat.lua")));

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
-use crate::scripts::{self, CHARGE, HEARTBEAT, LEASE, PEEK, RELEASE};
+use crate::scripts::{self, CHARGE, DEMAND, HEARTBEAT, LEASE, PEEK, RELEASE};
 
 /// The key of the live-instance set (one key, so it works the same on a cluster).
 const INSTANCES_KEY: &str = "sluice:{instances}";
@@ -294,6 +294,23 @@ impl GlobalStore for RedisStore {
         })
     }
 
+    fn demand<'a>(
+        &'a self,
+        key: &'a str,
+        client: u64,
+        milli_rps: u64,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Vec<u64>> {
+        Box::pin(async move {
+            let mut inv = DEMAND.prepare_invoke();
+            inv.key(demand_key(key))
+                .arg(format!("{}/{client}", self.instance_id))
+                .arg(milli_rps)
+                .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+            self.call(&inv).await
+        })
+    }
+
     fn degraded(&self) -> bool {
         !self.breaker.is_closed()
     }
@@ -312,6 +329,16 @@ impl GlobalStore for RedisStore {
         } else {
             "redis"
         }
+    }
+}
+
+/// The key holding RLQS demands for the bucket at `key`: the bucket key with `sluice:rlqs:` in
+/// place of `sluice:`, so it keeps the bucket's hash tag (one cluster slot) and no bucket key
+/// (always `sluice:{…`) can be spelled the same.
+fn demand_key(key: &str) -> String {
+    match key.strip_prefix("sluice:") {
+        Some(rest) => format!("sluice:rlqs:{rest}"),
+        None => format!("sluice:rlqs:{key}"),
     }
 }
 

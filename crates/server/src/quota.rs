@@ -319,6 +319,17 @@ impl Quota for QuotaService {
         result
     }
 
+    async fn list_assignments(
+        &self,
+        request: Request<pb::ListAssignmentsRequest>,
+    ) -> Result<Response<pb::ListAssignmentsResponse>, Status> {
+        self.authorize_read(&request)?;
+        let domain = &request.get_ref().domain;
+        Ok(Response::new(pb::ListAssignmentsResponse {
+            assignments: crate::rlqs::view::assignments(&self.state.rlqs.streams, domain),
+        }))
+    }
+
     async fn list_rules(
         &self,
         request: Request<pb::ListRulesRequest>,

@@ -152,6 +152,14 @@ pub enum QuotaCommand {
         #[arg(long, default_value = "SLUICE_RESET_TOKEN")]
         token_env: String,
     },
+    /// List the RLQS buckets this instance assigns, with each Envoy's share and usage.
+    Assignments {
+        #[command(flatten)]
+        target: Target,
+        /// Only this domain.
+        #[arg(long, default_value = "")]
+        domain: String,
+    },
     /// Print a snapshot of one descriptor's quota every interval until interrupted.
     Watch {
         #[command(flatten)]

@@ -152,6 +152,15 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
                 ));
             }
         }
+        QuotaCommand::Assignments { target, domain } => {
+            let mut client = reader(&target).await?;
+            let resp = client
+                .list_assignments(pb::ListAssignmentsRequest { domain })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            crate::report::print_assignments(&resp.assignments, target.output);
+        }
         QuotaCommand::Reset {
             target,
             descriptor,

@@ -7,31 +7,14 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Envoy, free_port, http_get};
+use common::{Envoy, free_port, http_get, with_ports};
 use sluice_testkit::process::Sluice;
 use sluice_testkit::redis::Standalone;
 
 fn example(name: &str) -> String {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "../../deploy/examples/llm-tokens",
-        name,
-    ]
-    .iter()
-    .collect();
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// `text` with each `port_value: FROM` replaced by `port_value: TO`; each must be present.
-fn with_ports(text: &str, ports: &[(u16, u16)]) -> String {
-    ports.iter().fold(text.to_string(), |t, (from, to)| {
-        let from = format!("port_value: {from}");
-        assert!(t.contains(&from), "the example has no {from}");
-        t.replace(&from, &format!("port_value: {to}"))
-    })
+    common::example("llm-tokens", name)
 }
 
 /// One pod: an Envoy on its own port in front of its own sluice.

@@ -33,22 +33,43 @@ impl Sluice {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("sluice.yaml");
         std::fs::write(&config, yaml).expect("write config");
-        Self::spawn(bin, &config, dir, extra)
+        Self::spawn(bin, &config, dir, "127.0.0.1:0", extra)
     }
 
     /// Starts `bin serve --config PATH` on a config file that already exists.
     pub fn start_path(bin: &Path, config: &Path, extra: &[&str]) -> Self {
-        Self::spawn(bin, config, tempfile::tempdir().expect("tempdir"), extra)
+        Self::spawn(
+            bin,
+            config,
+            tempfile::tempdir().expect("tempdir"),
+            "127.0.0.1:0",
+            extra,
+        )
+    }
+
+    /// Starts `bin serve` on the config `yaml` with gRPC on `grpc` (to restart a sidecar where
+    /// its clients expect it).
+    pub fn start_at(bin: &Path, yaml: &str, grpc: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("sluice.yaml");
+        std::fs::write(&config, yaml).expect("write config");
+        Self::spawn(bin, &config, dir, &grpc.to_string(), &[])
     }
 
     #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
-    fn spawn(bin: &Path, config: &Path, dir: tempfile::TempDir, extra: &[&str]) -> Self {
+    fn spawn(
+        bin: &Path,
+        config: &Path,
+        dir: tempfile::TempDir,
+        grpc: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut child = Command::new(bin)
             .args(["--log-format", "json", "serve", "--config"])
             .arg(config)
             .args([
                 "--grpc-addr",
-                "127.0.0.1:0",
+                grpc,
                 "--admin-addr",
                 "127.0.0.1:0",
                 "--shutdown-grace",
@@ -281,5 +302,79 @@ pub fn http_send(
         status,
         headers,
         body: body.to_string(),
+    }
+}
+
+/// An HTTP/1.1 client on one keep-alive connection to 127.0.0.1:`port` (for load: a new
+/// connection per request waits for Envoy's delayed close, up to a second, on every response
+/// Envoy ends the connection after).
+pub struct KeepAlive {
+    port: u16,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+impl KeepAlive {
+    /// A client of 127.0.0.1:`port` (it connects on first use).
+    pub fn new(port: u16) -> Self {
+        Self { port, conn: None }
+    }
+
+    /// `GET path` with extra headers; returns the status (reconnecting once if the connection
+    /// was closed).
+    pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> u16 {
+        match self.try_get(path, headers) {
+            Ok(status) => status,
+            Err(_) => {
+                self.conn = None;
+                self.try_get(path, headers).expect("HTTP request")
+            }
+        }
+    }
+
+    fn try_get(&mut self, path: &str, headers: &[(&str, &str)]) -> std::io::Result<u16> {
+        if self.conn.is_none() {
+            let stream = TcpStream::connect(("127.0.0.1", self.port))?;
+            stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+            stream.set_nodelay(true)?;
+            self.conn = Some(BufReader::new(stream));
+        }
+        let conn = self.conn.as_mut().expect("connected");
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: test.local\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        conn.get_mut().write_all(req.as_bytes())?;
+        let mut line = String::new();
+        if conn.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let status = line
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+        let (mut length, mut close) = (0usize, false);
+        loop {
+            line.clear();
+            conn.read_line(&mut line)?;
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = header.split_once(':') {
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "content-length" => length = v.trim().parse().unwrap_or(0),
+                    "connection" => close = v.trim().eq_ignore_ascii_case("close"),
+                    _ => {}
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        conn.read_exact(&mut body)?;
+        if close {
+            self.conn = None;
+        }
+        Ok(status)
     }
 }

@@ -153,3 +153,35 @@ fn a_strategy_envoy_would_confuse_with_the_last_is_made_distinct() {
     assert_eq!(p.distinct(tb(10, 10, 1)), tb(10, 10, 1));
     assert_eq!(p.distinct(tb(10, 9, 60)), tb(10, 9, 60));
 }
+
+#[test]
+fn shares_are_max_min_fair_and_never_sum_past_the_capacity() {
+    // Every demand fits with headroom: each gets its demand and the headroom.
+    assert!((fair_share(100.0, 10.0, &[10.0, 20.0], 1.2) - 12.0).abs() < 1e-9);
+    // Two equal demands over the capacity split it.
+    assert!((fair_share(50.0, 150.0, &[150.0, 150.0], 1.2) - 25.0).abs() < 1e-9);
+    // A small demand is met in full; the large one gets the rest.
+    assert!((fair_share(50.0, 5.0, &[5.0, 150.0], 1.2) - 5.0).abs() < 1e-9);
+    assert!((fair_share(50.0, 150.0, &[5.0, 150.0], 1.2) - 45.0).abs() < 1e-9);
+    // Alone: everything, with no headroom past the capacity.
+    assert!((fair_share(50.0, 80.0, &[80.0], 1.2) - 50.0).abs() < 1e-9);
+}
+
+proptest! {
+    #[test]
+    fn fair_shares_sum_to_at_most_the_capacity_when_contended(
+        demands in prop::collection::vec(0.0f64..1000.0, 1..12),
+        capacity in 1.0f64..2000.0,
+    ) {
+        let total: f64 = demands.iter().sum();
+        let shares: Vec<f64> =
+            demands.iter().map(|&d| fair_share(capacity, d, &demands, 1.2)).collect();
+        let given: f64 = shares.iter().sum();
+        if total * 1.2 > capacity {
+            prop_assert!(given <= capacity * (1.0 + 1e-9), "{given} > {capacity}");
+        }
+        for (d, s) in demands.iter().zip(&shares) {
+            prop_assert!(*s <= d * 1.2 + 1e-9, "share {s} above demand {d}");
+        }
+    }
+}

@@ -24,10 +24,13 @@ use sluice_core::Entry;
 use sluice_core::bucket::Rate;
 use sluice_core::config::Fallback;
 use sluice_engine::GlobalStore;
-use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket};
+use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket, fair_share};
 
 /// TTL of a strategy when it is first sent (seconds).
-pub const NEW_TTL: u32 = 2;
+pub const NEW_TTL: u32 = 3;
+/// The shortest TTL of a renewal (seconds): long enough that Envoy still holds the share if one
+/// tick's renewal cannot be paid.
+const RENEWED_TTL: u32 = 3;
 /// The longest TTL (seconds), reached one second per renewal while the pool pays for it:
 /// longer than Envoy 1.40's 5 s between reconnect attempts, so a stream that drops and reopens
 /// finds Envoy still enforcing a paid share.
@@ -36,7 +39,14 @@ pub const TTL: u32 = 6;
 /// (a tick and half a tick of jitter, microseconds).
 const RENEW_BEFORE: u64 = 1_500_000;
 /// A share grows only by at least this factor (each change restarts Envoy's bucket full).
-const MIN_STEP: f64 = 1.1;
+const MIN_STEP: f64 = 1.25;
+/// How long a demand counts in the store without a new report (three of Envoy's 5 s reports).
+const DEMAND_TTL: std::time::Duration = std::time::Duration::from_secs(15);
+/// A stream may lease this much more than its fair share, so that timing jitter (a late tick, a
+/// lease rounded down) does not starve a share it is entitled to.
+const ENTITLEMENT_SLACK: f64 = 1.25;
+/// The part of a rule's rate that shares may use in all.
+const CONTENDED: f64 = 0.97;
 /// Envoy's bucket holds this many seconds of its share.
 const BUCKET_SECS: f64 = 0.2;
 /// Slack for float rounding in sums of fractional costs (never a whole token).
@@ -86,6 +96,19 @@ pub struct Bucket {
     demand: Option<f64>,
     /// Whether the last report had denials.
     saturated: bool,
+    /// This stream's id: its demand's name in the store.
+    client: u64,
+    /// Every client's demand for the rule's bucket (requests per second), as the store last
+    /// answered; `None` before the first answer.
+    everyone: Option<Vec<f64>>,
+    /// A report brought a demand the store has not seen yet.
+    demand_unsent: bool,
+    /// When the store last heard this stream's demand.
+    shared_at: u64,
+    /// Tokens this stream may still lease (see [`Bucket::entitle`]).
+    entitled: f64,
+    /// When `entitled` was last topped up.
+    entitled_at: u64,
     /// When Envoy last reported traffic (engine clock, µs).
     pub last_traffic: u64,
     /// Totals reported.
@@ -98,7 +121,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// A bucket first reported at `now`.
-    pub fn new(entries: Vec<Entry>, rule: String, source: Source, now: u64) -> Self {
+    pub fn new(entries: Vec<Entry>, rule: String, source: Source, client: u64, now: u64) -> Self {
         Self {
             entries,
             rule,
@@ -107,6 +130,13 @@ impl Bucket {
             pool: 0.0,
             demand: None,
             saturated: false,
+            client,
+            everyone: None,
+            demand_unsent: true,
+            shared_at: 0,
+            // A new bucket may lease its share of the burst at once.
+            entitled: f64::INFINITY,
+            entitled_at: now,
             last_traffic: now,
             allowed: 0,
             denied: 0,
@@ -131,6 +161,7 @@ impl Bucket {
         if elapsed_secs > 0 {
             self.demand = Some(requests as f64 / elapsed_secs as f64);
             self.saturated = denied > 0;
+            self.demand_unsent = true;
         }
     }
 
@@ -146,12 +177,18 @@ impl Bucket {
 
     /// Decides what to send at `now` and pays for it; `instances` is the live sidecar count.
     pub async fn next(&mut self, now: u64, instances: u64) -> Step {
+        // Everyone's demand: after each report, and every tick while Envoy denies requests (so
+        // a sidecar whose Envoys just started reporting is heard within a second, not a report).
+        if self.demand_unsent || (self.saturated && now >= self.shared_at + 1_000_000) {
+            self.share_demand(now).await;
+        }
         let current = self.live_bucket(now);
         let target = self.target(current, instances);
-        // The TTL grows a second per renewal, but not while the pool is saved for a new share.
+        // The TTL grows a second per renewal (to at least `RENEWED_TTL` at once, so one missed
+        // renewal does not lapse), but not past that while the pool is saved for a new share.
         let renewal = current.map(|tb| {
             let step = u32::from(target.is_none());
-            let ttl = (self.prepaid.ttl_secs() + step).clamp(NEW_TTL, TTL);
+            let ttl = (self.prepaid.ttl_secs() + step).clamp(RENEWED_TTL, TTL);
             (Strategy::Bucket(tb), ttl)
         });
         // One store call at most: enough for the larger of the new share and the renewal, and
@@ -164,9 +201,11 @@ impl Bucket {
         if let Some((s, ttl)) = renewal {
             need = need.max(self.prepaid.quote(s, ttl, now).cost);
         }
-        if need > self.pool + SLACK {
+        self.entitle(now, instances);
+        if need > self.pool + SLACK && self.entitled >= 1.0 {
             let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
-            if self.lease(need - self.pool + rate * LOOKAHEAD).await.is_err() {
+            let want = (need - self.pool + rate * LOOKAHEAD).min(self.entitled);
+            if self.lease(want).await.is_err() {
                 // The store is down: a paid assignment runs on while it can, then the fallback.
                 if current.is_some() && !self.lapsing(now) {
                     return Step::Keep;
@@ -174,25 +213,44 @@ impl Bucket {
                 return self.fallback(now, instances);
             }
         }
-        // A new share: the target, else the largest step toward it the pool pays for.
+        // A new share: the target, or half-way to a larger one (each change restarts Envoy's
+        // bucket, so a share grows in few large steps while the pool saves up, not many small
+        // ones); with none in force, the largest share the pool pays for.
         if let Some(rate) = target {
-            let have = current.map_or(0.0, |tb| tb.rate());
-            let mut r = rate;
-            while r >= self.min_rate() && (current.is_none() || r >= have * MIN_STEP || r < have) {
-                let s = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(r)));
-                if self.try_pay(s, NEW_TTL, now) {
-                    return self.sent(s, NEW_TTL, now, false);
+            match current {
+                Some(tb) if rate > tb.rate() => {
+                    let have = tb.rate();
+                    for r in [rate, have + (rate - have) / 2.0] {
+                        if r < have * MIN_STEP {
+                            break;
+                        }
+                        let s = self
+                            .prepaid
+                            .distinct(Strategy::Bucket(self.token_bucket(r)));
+                        if self.try_pay(s, NEW_TTL, now) {
+                            return self.sent(s, NEW_TTL, now, false);
+                        }
+                    }
                 }
-                r = if current.is_some() && r > have {
-                    have + (r - have) / 2.0
-                } else {
-                    r * 0.7
-                };
+                _ => {
+                    let mut r = rate;
+                    while r >= self.min_rate() {
+                        let s = self
+                            .prepaid
+                            .distinct(Strategy::Bucket(self.token_bucket(r)));
+                        if self.try_pay(s, NEW_TTL, now) {
+                            return self.sent(s, NEW_TTL, now, false);
+                        }
+                        r *= 0.7;
+                    }
+                }
             }
         }
-        // Renew the share Envoy holds: a second longer if the pool pays for it, else as long.
+        // Renew the share Envoy holds: a second longer if the pool pays for it, else as long,
+        // else shorter (a TTL that ends before what is paid costs nothing: Envoy keeps its bucket
+        // while the pool refills).
         if let Some((s, ttl)) = renewal {
-            for t in [ttl, self.prepaid.ttl_secs()] {
+            for t in (1..=ttl).rev() {
                 if self.try_pay(s, t, now) {
                     return self.sent(s, t, now, false);
                 }
@@ -203,7 +261,9 @@ impl Bucket {
             // About to lapse unpaid: a smaller share the pool pays for.
             let mut r = s_rate(s) * 0.7;
             while r >= self.min_rate() {
-                let smaller = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(r)));
+                let smaller = self
+                    .prepaid
+                    .distinct(Strategy::Bucket(self.token_bucket(r)));
                 if self.try_pay(smaller, NEW_TTL, now) {
                     return self.sent(smaller, NEW_TTL, now, false);
                 }
@@ -214,6 +274,30 @@ impl Bucket {
         let q = self.prepaid.quote(Strategy::DenyAll, TTL, now);
         self.pool += q.credit;
         self.sent(Strategy::DenyAll, TTL, now, false)
+    }
+
+    /// Tells the store this stream's demand and reads everyone's (one call per report).
+    async fn share_demand(&mut self, now: u64) {
+        self.demand_unsent = false;
+        self.shared_at = now;
+        // Before Envoy reported a duration, claim the whole rate: others then split it evenly
+        // with this stream at once instead of a report later.
+        let mine = milli(self.demand.unwrap_or_else(|| self.rate_per_sec()));
+        let s = &self.source;
+        match s.store.demand(&s.key, self.client, mine, DEMAND_TTL).await {
+            Ok(all) => {
+                self.everyone = Some(all.into_iter().map(|m| m as f64 / 1000.0).collect());
+            }
+            Err(e) => tracing::debug!(key = %s.key, error = %e, "RLQS demand not shared"),
+        }
+    }
+
+    /// Withdraws this stream's demand (the bucket is abandoned or the stream ended).
+    pub async fn withdraw(&self) {
+        if self.everyone.is_some() {
+            let s = &self.source;
+            let _ = s.store.demand(&s.key, self.client, 0, DEMAND_TTL).await;
+        }
     }
 
     /// Gives back what Envoy can no longer admit once an abandon sent at `now` arrives, with the
@@ -249,7 +333,7 @@ impl Bucket {
 
     fn sent(&mut self, strategy: Strategy, ttl: u32, now: u64, unpaid: bool) -> Step {
         tracing::debug!(key = %self.source.key, ?strategy, ttl, pool = self.pool, demand = ?self.demand,
-            saturated = self.saturated, unpaid, "RLQS assignment");
+            saturated = self.saturated, unpaid, entitled = self.entitled, everyone = ?self.everyone, "RLQS assignment");
         self.prepaid.commit(strategy, ttl, now);
         self.unpaid = unpaid;
         Step::Send(strategy, ttl)
@@ -280,11 +364,7 @@ impl Bucket {
     /// The share to move to, if any: from demand (or an even split before Envoy reported any),
     /// with hysteresis around `current`; `None` keeps the share Envoy holds.
     fn target(&self, current: Option<TokenBucket>, instances: u64) -> Option<f64> {
-        let max = self.rate_per_sec();
-        let want = match self.demand {
-            Some(d) => (d * HEADROOM).clamp(self.min_rate(), max),
-            None => (max / instances.max(1) as f64).max(self.min_rate()),
-        };
+        let want = self.fair_rate(instances);
         let Some(tb) = current else {
             return Some(want);
         };
@@ -295,15 +375,50 @@ impl Bucket {
         (grow || shrink).then_some(want)
     }
 
+    /// This stream's fair share of the rule's rate: from every client's reported demand, or an
+    /// even split over the live sidecars before there is any.
+    fn fair_rate(&self, instances: u64) -> f64 {
+        let max = self.rate_per_sec();
+        match self.demand {
+            Some(d) => {
+                let everyone = self.everyone.as_deref().unwrap_or(std::slice::from_ref(&d));
+                // Shares of a contended rule leave a little of it unassigned, for what changes
+                // and jitter cost; without it, one late renewal starves a share.
+                fair_share(max * CONTENDED, d, everyone, HEADROOM).clamp(self.min_rate(), max)
+            }
+            None => (max / self.sharers(instances)).max(self.min_rate()),
+        }
+    }
+
+    /// How many share the bucket: the live sidecars, or the clients that reported demand.
+    fn sharers(&self, instances: u64) -> f64 {
+        let reported = self.everyone.as_ref().map_or(0, Vec::len);
+        instances.max(reported as u64).max(1) as f64
+    }
+
+    /// Adds what this stream may lease since the last time: its fair share per second, kept up
+    /// to its share of the burst or `LOOKAHEAD` and a second of its share. So no sidecar leases
+    /// another's share away (the store grants whoever asks first).
+    fn entitle(&mut self, now: u64, instances: u64) {
+        let rate = self.fair_rate(instances) * ENTITLEMENT_SLACK;
+        let elapsed = now.saturating_sub(self.entitled_at) as f64 / 1e6;
+        self.entitled_at = now;
+        let cap =
+            (self.source.rate.burst as f64 / self.sharers(instances)).max(rate * (LOOKAHEAD + 1.0));
+        self.entitled = (self.entitled + rate * elapsed).min(cap);
+    }
+
     fn quote_rate(&self, rate: f64, now: u64) -> Quote {
-        let s = self.prepaid.distinct(Strategy::Bucket(self.token_bucket(rate)));
+        let s = self
+            .prepaid
+            .distinct(Strategy::Bucket(self.token_bucket(rate)));
         self.prepaid.quote(s, NEW_TTL, now)
     }
 
     /// Leases `tokens` (rounded up, at most the burst) into the pool; `Err` if the store is
     /// unavailable.
     async fn lease(&mut self, tokens: f64) -> Result<(), ()> {
-        let want = tokens.ceil().clamp(1.0, self.source.rate.burst as f64) as u64;
+        let want = tokens.floor().clamp(1.0, self.source.rate.burst as f64) as u64;
         match self
             .source
             .store
@@ -312,6 +427,7 @@ impl Bucket {
         {
             Ok(grant) => {
                 self.pool += grant.granted as f64;
+                self.entitled -= grant.granted as f64;
                 Ok(())
             }
             Err(e) => {
@@ -356,7 +472,9 @@ impl Bucket {
     /// least one token, at most the rule's burst): each new strategy costs its size again.
     fn token_bucket(&self, rate: f64) -> TokenBucket {
         let interval = self.fill_interval();
-        let per_fill = (rate * f64::from(interval)).round().clamp(1.0, f64::from(u32::MAX));
+        let per_fill = (rate * f64::from(interval))
+            .round()
+            .clamp(1.0, f64::from(u32::MAX));
         let burst = self.source.rate.burst.clamp(1, u64::from(u32::MAX)) as f64;
         let max_tokens = (rate * BUCKET_SECS).ceil().clamp(1.0, burst);
         TokenBucket {
@@ -365,6 +483,11 @@ impl Bucket {
             fill_interval_secs: interval,
         }
     }
+}
+
+/// Requests per second in milli-requests, bounded (a report can claim any count).
+fn milli(rps: f64) -> u64 {
+    (rps * 1000.0).clamp(0.0, 1e15) as u64
 }
 
 fn s_rate(s: Strategy) -> f64 {

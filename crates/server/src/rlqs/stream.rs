@@ -71,6 +71,7 @@ pub async fn run(
     state.metrics.rlqs.streams.inc();
     let mut stream = RlqsStream {
         state: Arc::clone(&state),
+        id,
         domain: None,
         rules: state.engine.rules(),
         slots: HashMap::new(),
@@ -120,6 +121,8 @@ pub async fn run(
 
 struct RlqsStream {
     state: Arc<AppState>,
+    /// This stream's id (its demands' name in the store).
+    id: u64,
     domain: Option<String>,
     /// The rules the buckets were matched with.
     rules: Arc<RuleSet>,
@@ -153,7 +156,12 @@ impl RlqsStream {
             let entries = match wire::entries(usage.bucket_id.as_ref()) {
                 Ok(e) => e,
                 Err(status) => {
-                    self.state.metrics.rlqs.refused.with_label_values(&["bad_id"]).inc();
+                    self.state
+                        .metrics
+                        .rlqs
+                        .refused
+                        .with_label_values(&["bad_id"])
+                        .inc();
                     return Err(status);
                 }
             };
@@ -161,7 +169,12 @@ impl RlqsStream {
             let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
             if !self.slots.contains_key(&entries) {
                 if self.slots.len() >= MAX_BUCKETS {
-                    self.state.metrics.rlqs.refused.with_label_values(&["too_many"]).inc();
+                    self.state
+                        .metrics
+                        .rlqs
+                        .refused
+                        .with_label_values(&["too_many"])
+                        .inc();
                     continue;
                 }
                 let slot = self.track(entries.clone(), now);
@@ -214,14 +227,12 @@ impl RlqsStream {
                         rate,
                         fallback,
                     };
-                    let b = Bucket::new(ordered, rule.label.clone(), source, now);
+                    let b = Bucket::new(ordered, rule.label.clone(), source, self.id, now);
                     (Tracked::Limited(Box::new(b)), rule.label.clone())
                 }
                 _ => (free(ordered, now), rule.label.clone()),
             },
-            BucketMatch::NoRule | BucketMatch::UnknownDomain => {
-                (free(entries, now), String::new())
-            }
+            BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(entries, now), String::new()),
         };
         let ordered = match &tracked {
             Tracked::Limited(b) => &b.entries,
@@ -293,6 +304,7 @@ impl RlqsStream {
                 if let Tracked::Limited(b) = &mut slot.tracked {
                     let back = b.abandon(now);
                     give_back(b, back).await;
+                    b.withdraw().await;
                 }
                 self.untrack(&slot);
             }
@@ -306,6 +318,7 @@ impl RlqsStream {
             if let Tracked::Limited(b) = &mut slot.tracked {
                 let back = b.take_pool();
                 give_back(b, back).await;
+                b.withdraw().await;
             }
             let m = &self.state.metrics.rlqs;
             if slot.gauged != 0.0 {
@@ -336,7 +349,6 @@ impl RlqsStream {
                     rule: slot.rule.clone(),
                     entries: pairs(&b.entries),
                     strategy: b.strategy(),
-                    ttl_secs: 0,
                     tokens_per_second: b.assigned_rate(),
                     demand: b.demand(),
                     allowed: b.allowed,
@@ -347,7 +359,6 @@ impl RlqsStream {
                     rule: slot.rule.clone(),
                     entries: pairs(&f.entries),
                     strategy: f.sent_at.map(|_| Strategy::AllowAll),
-                    ttl_secs: TTL,
                     tokens_per_second: 0.0,
                     demand: None,
                     allowed: f.allowed,
@@ -367,9 +378,9 @@ impl RlqsStream {
 
 impl Free {
     fn next(&mut self, now: u64) -> Step {
-        let due = self.sent_at.is_none_or(|at| {
-            now.saturating_sub(at) + 2_000_000 >= u64::from(TTL) * 1_000_000
-        });
+        let due = self
+            .sent_at
+            .is_none_or(|at| now.saturating_sub(at) + 2_000_000 >= u64::from(TTL) * 1_000_000);
         if !due {
             return Step::Keep;
         }

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::{
-    GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, register_gauge_vec_with_registry,
-    register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry,
-    register_int_gauge_with_registry,
+    GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    register_gauge_vec_with_registry, register_int_counter_vec_with_registry,
+    register_int_gauge_vec_with_registry, register_int_gauge_with_registry,
 };
 use sluice_engine::assignment::Strategy;
 
@@ -118,8 +118,6 @@ pub struct BucketView {
     pub entries: Vec<(String, String)>,
     /// The strategy in force.
     pub strategy: Option<Strategy>,
-    /// Its TTL in seconds.
-    pub ttl_secs: u32,
     /// Tokens per second assigned.
     pub tokens_per_second: f64,
     /// Requests per second Envoy last reported.
@@ -181,4 +179,38 @@ impl Streams {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Every stream's buckets (of `domain`, if not empty) as the Quota API lists them.
+pub fn assignments(streams: &Streams, domain: &str) -> Vec<sluice_proto::sluice::v1::Assignment> {
+    use sluice_proto::sluice::v1 as pb;
+    let mut out = Vec::new();
+    for (id, s) in streams.snapshot(domain) {
+        for b in s.buckets {
+            let strategy = match b.strategy {
+                Some(Strategy::Bucket(_)) => "token_bucket",
+                Some(Strategy::DenyAll) => "deny_all",
+                Some(Strategy::AllowAll) => "allow_all",
+                None => "",
+            };
+            out.push(pb::Assignment {
+                envoy: s.peer.clone(),
+                stream: id,
+                domain: s.domain.clone(),
+                rule: b.rule,
+                bucket: b
+                    .entries
+                    .into_iter()
+                    .map(|(key, value)| pb::Entry { key, value })
+                    .collect(),
+                strategy: strategy.to_string(),
+                tokens_per_second: b.tokens_per_second,
+                demand: b.demand,
+                allowed: b.allowed,
+                denied: b.denied,
+                unpaid: b.unpaid,
+            });
+        }
+    }
+    out
 }

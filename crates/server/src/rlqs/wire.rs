@@ -5,11 +5,11 @@ use std::time::Duration;
 use sluice_core::Entry;
 use sluice_engine::assignment::{Strategy, TokenBucket};
 use sluice_proto::envoy::protobuf;
+use sluice_proto::envoy::rlqs::BucketId;
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::bucket_action::{
     AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
-use sluice_proto::envoy::rlqs::BucketId;
 use sluice_proto::envoy::types::RateLimitStrategy;
 use sluice_proto::envoy::types::rate_limit_strategy::{BlanketRule, Strategy as WireStrategy};
 use tonic::Status;

@@ -58,3 +58,25 @@ pub fn quota_get_json(addr: &str, domain: &str, entries: &[&str]) -> serde_json:
     );
     serde_json::from_slice(&out.stdout).expect("json")
 }
+
+/// A file of `deploy/examples/<dir>`, as shipped.
+pub fn example(dir: &str, name: &str) -> String {
+    let path: std::path::PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "../../deploy/examples",
+        dir,
+        name,
+    ]
+    .iter()
+    .collect();
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `text` with each `port_value: FROM` replaced by `port_value: TO`; each must be present.
+pub fn with_ports(text: &str, ports: &[(u16, u16)]) -> String {
+    ports.iter().fold(text.to_string(), |t, (from, to)| {
+        let from = format!("port_value: {from}");
+        assert!(t.contains(&from), "the example has no {from}");
+        t.replace(&from, &format!("port_value: {to}"))
+    })
+}
