@@ -1,0 +1,282 @@
+//! `StreamRateLimitQuotas` with a real gRPC client standing in for Envoy's filter: assignments
+//! that stay within the rule, ALLOW_ALL where no rule applies, and clear errors for bad streams.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::TestServer;
+use sluice_proto::envoy::protobuf;
+use sluice_proto::envoy::rlqs::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use sluice_proto::envoy::rlqs::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use sluice_proto::envoy::rlqs::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use sluice_proto::envoy::rlqs::{BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use sluice_proto::envoy::types::rate_limit_strategy::{BlanketRule, Strategy};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+const YAML: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: tenant
+        rate_limit: {unit: second, requests_per_unit: 100}
+        descriptors:
+          - key: route
+            value: chat
+            rate_limit: {unit: minute, requests_per_unit: 60}
+"#;
+
+fn bucket(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn usage(id: BucketId, elapsed: i64, allowed: u64, denied: u64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id),
+        time_elapsed: Some(protobuf::Duration {
+            seconds: elapsed,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+/// An open stream: the sender of reports and the responses.
+struct Stream {
+    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
+    rx: Streaming<RateLimitQuotaResponse>,
+}
+
+async fn open(server: &TestServer) -> Stream {
+    let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
+    let (tx, reports) = mpsc::channel(16);
+    let rx = client
+        .stream_rate_limit_quotas(ReceiverStream::new(reports))
+        .await
+        .expect("stream")
+        .into_inner();
+    Stream { tx, rx }
+}
+
+impl Stream {
+    async fn send(&self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+        self.tx
+            .send(RateLimitQuotaUsageReports {
+                domain: domain.to_string(),
+                bucket_quota_usages: usages,
+            })
+            .await
+            .expect("send");
+    }
+
+    /// The next actions, by bucket id (sorted `k=v` pairs).
+    async fn next(&mut self) -> HashMap<String, Option<Action>> {
+        let msg = tokio::time::timeout(Duration::from_secs(3), self.rx.message())
+            .await
+            .expect("an answer within 3 s")
+            .expect("stream ok")
+            .expect("not ended");
+        msg.bucket_action
+            .into_iter()
+            .map(|a| (label(a.bucket_id.as_ref().expect("id")), a.bucket_action))
+            .collect()
+    }
+}
+
+fn label(id: &BucketId) -> String {
+    let mut pairs: Vec<String> = id.bucket.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+fn strategy(action: &Option<Action>) -> (Strategy, i64) {
+    match action {
+        Some(Action::QuotaAssignmentAction(a)) => (
+            a.rate_limit_strategy
+                .as_ref()
+                .and_then(|s| s.strategy)
+                .expect("a strategy"),
+            a.assignment_time_to_live.as_ref().expect("a TTL").seconds,
+        ),
+        other => panic!("not an assignment: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_gets_a_token_bucket_within_its_rule_and_others_are_allowed() {
+    let server = TestServer::start(YAML).await;
+    let mut s = open(&server).await;
+    // Envoy's first report of a bucket: time_elapsed 0 and the request it decided.
+    s.send(
+        "api",
+        vec![
+            usage(bucket(&[("tenant", "acme")]), 0, 0, 1),
+            usage(bucket(&[("route", "chat"), ("tenant", "acme")]), 0, 0, 1),
+            usage(bucket(&[("user", "u1")]), 0, 1, 0),
+        ],
+    )
+    .await;
+    let actions = s.next().await;
+    let (tenant, ttl) = strategy(&actions["tenant=acme"]);
+    let Strategy::TokenBucket(tb) = tenant else {
+        panic!("tenant=acme: {tenant:?}");
+    };
+    let fill = tb.fill_interval.expect("fill").seconds;
+    let per_fill = tb.tokens_per_fill.expect("tokens").value;
+    // Whole seconds (Envoy 1.40 fails open on a sub-second fill), a rate within 100/s, and
+    // a whole-second TTL of at least a second.
+    assert!(fill >= 1, "{tb:?}");
+    assert!(f64::from(per_fill) / fill as f64 <= 100.0, "{tb:?}");
+    assert!(tb.max_tokens >= 1 && u64::from(tb.max_tokens) <= 100, "{tb:?}");
+    assert!(ttl >= 1, "ttl {ttl}");
+    // The nested rule (60 a minute): a slow rate needs a fill interval of many seconds.
+    let (chat, _) = strategy(&actions["route=chat,tenant=acme"]);
+    let Strategy::TokenBucket(tb) = chat else {
+        panic!("chat: {chat:?}");
+    };
+    let rate = f64::from(tb.tokens_per_fill.expect("tokens").value)
+        / tb.fill_interval.expect("fill").seconds as f64;
+    assert!(rate > 0.0 && rate <= 1.0, "{tb:?}");
+    // No rule uses `user`: ALLOW_ALL, as RLS would answer OK.
+    let (user, _) = strategy(&actions["user=u1"]);
+    assert_eq!(user, Strategy::BlanketRule(BlanketRule::AllowAll as i32));
+
+    // The assignment is renewed within a second or two, unchanged (Envoy keeps its bucket).
+    let again = s.next().await;
+    if let Some(a) = again.get("tenant=acme") {
+        assert_eq!(strategy(a).0, tenant);
+    }
+
+    // The Quota API lists the buckets of this stream.
+    let listed =
+        sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "api");
+    let acme = listed
+        .iter()
+        .find(|a| a.bucket.len() == 1 && a.bucket[0].value == "acme")
+        .expect("acme listed");
+    assert_eq!(acme.strategy, "token_bucket");
+    assert_eq!(acme.denied, 1);
+    assert!(acme.tokens_per_second > 0.0 && acme.tokens_per_second <= 100.0);
+}
+
+#[tokio::test]
+async fn reported_demand_sizes_the_share_and_the_rule_caps_it() {
+    let server = TestServer::start(YAML).await;
+    let mut s = open(&server).await;
+    let id = || bucket(&[("tenant", "t")]);
+    s.send("api", vec![usage(id(), 0, 1, 0)]).await;
+    s.next().await;
+    // Light demand: 10 requests a second over 5 s, none denied: a share near 12 a second.
+    s.send("api", vec![usage(id(), 5, 50, 0)]).await;
+    let mut share = None;
+    for _ in 0..4 {
+        if let Some(a) = s.next().await.get("tenant=t") {
+            if let (Strategy::TokenBucket(tb), _) = strategy(a) {
+                share = Some(
+                    f64::from(tb.tokens_per_fill.expect("tokens").value)
+                        / tb.fill_interval.expect("fill").seconds as f64,
+                );
+            }
+        }
+    }
+    let share = share.expect("a token bucket");
+    assert!((10.0..=15.0).contains(&share), "share {share} for 10 a second");
+    // Absurd demand with denials: the share is at most the rule's rate.
+    s.send("api", vec![usage(id(), 5, u64::MAX / 2, u64::MAX / 2)])
+        .await;
+    for _ in 0..4 {
+        if let Some(a) = s.next().await.get("tenant=t")
+            && let (Strategy::TokenBucket(tb), _) = strategy(a)
+        {
+            let rate = f64::from(tb.tokens_per_fill.expect("tokens").value)
+                / tb.fill_interval.expect("fill").seconds as f64;
+            assert!(rate <= 100.0, "share {rate} above the rule");
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_streams_get_clear_errors() {
+    let server = TestServer::start(YAML).await;
+    // No domain in the first report.
+    let mut s = open(&server).await;
+    s.send("", vec![usage(bucket(&[("tenant", "a")]), 0, 1, 0)])
+        .await;
+    let err = s.rx.message().await.expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("domain"), "{err}");
+
+    // A second domain on one stream.
+    let mut s = open(&server).await;
+    s.send("api", vec![usage(bucket(&[("tenant", "a")]), 0, 1, 0)])
+        .await;
+    s.next().await;
+    s.send("other", vec![usage(bucket(&[("tenant", "a")]), 5, 1, 0)])
+        .await;
+    let err = loop {
+        match s.rx.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("ended without an error"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("one domain"), "{err}");
+
+    // A report without a bucket id, and one with an oversized key.
+    for bad in [
+        BucketQuotaUsage {
+            bucket_id: None,
+            ..usage(bucket(&[]), 0, 0, 0)
+        },
+        usage(bucket(&[(&"k".repeat(2000), "v")]), 0, 1, 0),
+    ] {
+        let mut s = open(&server).await;
+        s.send("api", vec![bad]).await;
+        let err = s.rx.message().await.expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    }
+
+    // Huge values are fine: the bucket is tracked under a digest, like a descriptor value.
+    let mut s = open(&server).await;
+    let long = "x".repeat(100_000);
+    s.send("api", vec![usage(bucket(&[("tenant", &long)]), 0, 1, 0)])
+        .await;
+    let actions = s.next().await;
+    assert_eq!(actions.len(), 1);
+    let (st, _) = strategy(actions.values().next().expect("one"));
+    assert!(matches!(st, Strategy::TokenBucket(_)), "{st:?}");
+}
+
+#[tokio::test]
+async fn a_stream_holds_a_bounded_number_of_buckets() {
+    let server = TestServer::start(YAML).await;
+    let mut s = open(&server).await;
+    let max = sluice_server::rlqs::stream::MAX_BUCKETS;
+    let usages: Vec<_> = (0..max + 100)
+        .map(|i| usage(bucket(&[("user", &i.to_string())]), 0, 1, 0))
+        .collect();
+    for chunk in usages.chunks(500) {
+        s.send("api", chunk.to_vec()).await;
+    }
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < max {
+        seen.extend(s.next().await.into_keys());
+    }
+    assert_eq!(seen.len(), max);
+    let (_, body) = server.admin_get("/metrics").await;
+    assert!(
+        body.contains("sluice_rlqs_buckets_refused_total{reason=\"too_many\"} 100"),
+        "{}",
+        body.lines().filter(|l| l.contains("rlqs")).collect::<Vec<_>>().join("\n")
+    );
+}
