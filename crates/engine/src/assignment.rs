@@ -179,26 +179,28 @@ impl Prepaid {
 }
 
 /// The max-min fair share of `capacity` (tokens per second) for a client wanting `mine`, among
-/// every client's demand `all` (`mine` included): demands below an even split are met in full
-/// and what they leave is split evenly among the rest (Doorman's fair share). When every demand
-/// fits with `headroom` to spare, each gets its demand times `headroom`.
+/// every client's demand `all` (`mine` included), each wanted with `headroom`: wants below an
+/// even split are met in full and what they leave is split evenly among the rest (Doorman's fair
+/// share). When every want fits, each also gets an even part of what is left, so a client far
+/// from the limit is not held to the rate it last reported.
 pub fn fair_share(capacity: f64, mine: f64, all: &[f64], headroom: f64) -> f64 {
-    let total: f64 = all.iter().sum();
-    if total * headroom <= capacity {
-        return mine * headroom;
+    let want = mine * headroom;
+    let total: f64 = all.iter().map(|d| d * headroom).sum();
+    if total <= capacity {
+        return want + (capacity - total) / all.len().max(1) as f64;
     }
-    let mut sorted = all.to_vec();
+    let mut sorted: Vec<f64> = all.iter().map(|d| d * headroom).collect();
     sorted.sort_by(f64::total_cmp);
     let (mut left, mut n) = (capacity, sorted.len());
-    for d in sorted {
+    for w in sorted {
         let level = left / n as f64;
-        if d > level {
-            return mine.min(level);
+        if w > level {
+            return want.min(level);
         }
-        left -= d;
+        left -= w;
         n -= 1;
     }
-    mine
+    want
 }
 
 fn secs(s: u32) -> u64 {

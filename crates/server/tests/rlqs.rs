@@ -136,7 +136,10 @@ async fn a_bucket_gets_a_token_bucket_within_its_rule_and_others_are_allowed() {
     // a whole-second TTL of at least a second.
     assert!(fill >= 1, "{tb:?}");
     assert!(f64::from(per_fill) / fill as f64 <= 100.0, "{tb:?}");
-    assert!(tb.max_tokens >= 1 && u64::from(tb.max_tokens) <= 100, "{tb:?}");
+    assert!(
+        tb.max_tokens >= 1 && u64::from(tb.max_tokens) <= 100,
+        "{tb:?}"
+    );
     assert!(ttl >= 1, "ttl {ttl}");
     // The nested rule (60 a minute): a slow rate needs a fill interval of many seconds.
     let (chat, _) = strategy(&actions["route=chat,tenant=acme"]);
@@ -157,8 +160,7 @@ async fn a_bucket_gets_a_token_bucket_within_its_rule_and_others_are_allowed() {
     }
 
     // The Quota API lists the buckets of this stream.
-    let listed =
-        sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "api");
+    let listed = sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "api");
     let acme = listed
         .iter()
         .find(|a| a.bucket.len() == 1 && a.bucket[0].value == "acme")
@@ -168,40 +170,52 @@ async fn a_bucket_gets_a_token_bucket_within_its_rule_and_others_are_allowed() {
     assert!(acme.tokens_per_second > 0.0 && acme.tokens_per_second <= 100.0);
 }
 
-#[tokio::test]
-async fn reported_demand_sizes_the_share_and_the_rule_caps_it() {
-    let server = TestServer::start(YAML).await;
-    let mut s = open(&server).await;
-    let id = || bucket(&[("tenant", "t")]);
-    s.send("api", vec![usage(id(), 0, 1, 0)]).await;
-    s.next().await;
-    // Light demand: 10 requests a second over 5 s, none denied: a share near 12 a second.
-    s.send("api", vec![usage(id(), 5, 50, 0)]).await;
+/// The tokens per second of the last token bucket `s` assigns to `id` within `answers` answers.
+async fn share_after(s: &mut Stream, id: &str, answers: usize) -> Option<f64> {
     let mut share = None;
-    for _ in 0..4 {
-        if let Some(a) = s.next().await.get("tenant=t") {
-            if let (Strategy::TokenBucket(tb), _) = strategy(a) {
-                share = Some(
-                    f64::from(tb.tokens_per_fill.expect("tokens").value)
-                        / tb.fill_interval.expect("fill").seconds as f64,
-                );
-            }
-        }
-    }
-    let share = share.expect("a token bucket");
-    assert!((10.0..=15.0).contains(&share), "share {share} for 10 a second");
-    // Absurd demand with denials: the share is at most the rule's rate.
-    s.send("api", vec![usage(id(), 5, u64::MAX / 2, u64::MAX / 2)])
-        .await;
-    for _ in 0..4 {
-        if let Some(a) = s.next().await.get("tenant=t")
+    for _ in 0..answers {
+        if let Some(a) = s.next().await.get(id)
             && let (Strategy::TokenBucket(tb), _) = strategy(a)
         {
-            let rate = f64::from(tb.tokens_per_fill.expect("tokens").value)
-                / tb.fill_interval.expect("fill").seconds as f64;
-            assert!(rate <= 100.0, "share {rate} above the rule");
+            share = Some(
+                f64::from(tb.tokens_per_fill.expect("tokens").value)
+                    / tb.fill_interval.expect("fill").seconds as f64,
+            );
         }
     }
+    share
+}
+
+#[tokio::test]
+async fn reported_demand_splits_a_contended_rule_and_never_past_it() {
+    let server = TestServer::start(YAML).await;
+    let id = || bucket(&[("tenant", "t")]);
+    // Two Envoys (streams) on one bucket of the 100-a-second rule.
+    let (mut light, mut heavy) = (open(&server).await, open(&server).await);
+    for s in [&light, &heavy] {
+        s.send("api", vec![usage(id(), 0, 1, 0)]).await;
+    }
+    light.next().await;
+    heavy.next().await;
+    // Light: 10 a second, none denied. Heavy: 400 a second, mostly denied.
+    light.send("api", vec![usage(id(), 5, 50, 0)]).await;
+    heavy.send("api", vec![usage(id(), 5, 250, 1750)]).await;
+    let heavy_share = share_after(&mut heavy, "tenant=t", 6).await.expect("heavy");
+    let light_share = share_after(&mut light, "tenant=t", 6).await.expect("light");
+    // Max-min fair: the light one gets its demand with headroom, the heavy one more (growing to
+    // the rest as its pool pays for it), and the two never more than the rule.
+    assert!((10.0..=15.0).contains(&light_share), "light {light_share}");
+    assert!(heavy_share > 2.0 * light_share, "heavy {heavy_share}");
+    assert!(
+        light_share + heavy_share <= 100.0,
+        "{light_share} + {heavy_share}"
+    );
+    // Absurd counts are bounded: the share is at most the rule's rate.
+    heavy
+        .send("api", vec![usage(id(), 5, u64::MAX / 2, u64::MAX / 2)])
+        .await;
+    let share = share_after(&mut heavy, "tenant=t", 3).await;
+    assert!(share.is_none_or(|s| s <= 100.0), "{share:?}");
 }
 
 #[tokio::test]
@@ -277,6 +291,9 @@ async fn a_stream_holds_a_bounded_number_of_buckets() {
     assert!(
         body.contains("sluice_rlqs_buckets_refused_total{reason=\"too_many\"} 100"),
         "{}",
-        body.lines().filter(|l| l.contains("rlqs")).collect::<Vec<_>>().join("\n")
+        body.lines()
+            .filter(|l| l.contains("rlqs"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

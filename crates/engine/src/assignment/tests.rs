@@ -156,20 +156,22 @@ fn a_strategy_envoy_would_confuse_with_the_last_is_made_distinct() {
 
 #[test]
 fn shares_are_max_min_fair_and_never_sum_past_the_capacity() {
-    // Every demand fits with headroom: each gets its demand and the headroom.
-    assert!((fair_share(100.0, 10.0, &[10.0, 20.0], 1.2) - 12.0).abs() < 1e-9);
+    // Every demand fits with headroom: each gets its demand, the headroom and half the rest
+    // (100 - 36 = 64 spare).
+    assert!((fair_share(100.0, 10.0, &[10.0, 20.0], 1.2) - 44.0).abs() < 1e-9);
+    assert!((fair_share(100.0, 20.0, &[10.0, 20.0], 1.2) - 56.0).abs() < 1e-9);
     // Two equal demands over the capacity split it.
     assert!((fair_share(50.0, 150.0, &[150.0, 150.0], 1.2) - 25.0).abs() < 1e-9);
-    // A small demand is met in full; the large one gets the rest.
-    assert!((fair_share(50.0, 5.0, &[5.0, 150.0], 1.2) - 5.0).abs() < 1e-9);
-    assert!((fair_share(50.0, 150.0, &[5.0, 150.0], 1.2) - 45.0).abs() < 1e-9);
+    // A small demand is met in full, with headroom; the large one gets the rest.
+    assert!((fair_share(50.0, 5.0, &[5.0, 150.0], 1.2) - 6.0).abs() < 1e-9);
+    assert!((fair_share(50.0, 150.0, &[5.0, 150.0], 1.2) - 44.0).abs() < 1e-9);
     // Alone: everything, with no headroom past the capacity.
     assert!((fair_share(50.0, 80.0, &[80.0], 1.2) - 50.0).abs() < 1e-9);
 }
 
 proptest! {
     #[test]
-    fn fair_shares_sum_to_at_most_the_capacity_when_contended(
+    fn fair_shares_never_sum_past_the_capacity(
         demands in prop::collection::vec(0.0f64..1000.0, 1..12),
         capacity in 1.0f64..2000.0,
     ) {
@@ -177,11 +179,13 @@ proptest! {
         let shares: Vec<f64> =
             demands.iter().map(|&d| fair_share(capacity, d, &demands, 1.2)).collect();
         let given: f64 = shares.iter().sum();
-        if total * 1.2 > capacity {
-            prop_assert!(given <= capacity * (1.0 + 1e-9), "{given} > {capacity}");
-        }
+        prop_assert!(given <= capacity * (1.0 + 1e-9), "{given} > {capacity}");
         for (d, s) in demands.iter().zip(&shares) {
-            prop_assert!(*s <= d * 1.2 + 1e-9, "share {s} above demand {d}");
+            if total * 1.2 > capacity {
+                prop_assert!(*s <= d * 1.2 + 1e-9, "contended: share {s} above demand {d}");
+            } else {
+                prop_assert!(*s >= d * 1.2 - 1e-9, "uncontended: share {s} below demand {d}");
+            }
         }
     }
 }

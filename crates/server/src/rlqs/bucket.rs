@@ -2,21 +2,25 @@
 //! tokens leased for it but not yet assigned.
 //!
 //! Every tick (and after each usage report) [`Bucket::next`] picks the strategy to send:
-//! - **Share from demand**: the reported requests per second (allowed + denied over
-//!   `time_elapsed`) with 20% headroom, at most the rule's rate; before the first report that has
-//!   a duration, the rule's rate over the live sidecars. A share is kept while demand stays within
-//!   70–100% of it, grown only when Envoy reports denials, shrunk when demand falls below 70%, so
-//!   Envoy keeps its bucket (a changed strategy restarts it full, which costs `max_tokens`).
+//! - **Fair share from demand**: the reported requests per second (allowed + denied over
+//!   `time_elapsed`) goes to the store with every report, and every second while Envoy denies;
+//!   the store answers every sidecar's, and the share is their max-min fair split of
+//!   `CONTENDED` of the rule's rate with `HEADROOM` (what uncontended buckets leave is split among
+//!   them). Before Envoy reported a duration the stream claims the whole rate and takes the rate
+//!   over the sidecars sharing it. A share is kept while demand stays within 70–105% of it (grown
+//!   only while Envoy denies), since a changed strategy restarts Envoy's bucket full.
 //! - **Paid first**: the strategy's [`Quote`](sluice_engine::assignment::Quote) is taken from the
-//!   pool, leasing the shortfall plus `LOOKAHEAD` seconds of the share from the global store in
-//!   one call. What cannot be paid is not sent: the current assignment is renewed if that can be
-//!   paid, else a share the pool can pay, else `DENY_ALL` until the global bucket refills.
-//! - **Renewed before it lapses**: a new strategy is sent with a `NEW_TTL` TTL, then renewed
-//!   with `TTL` whenever less than `RENEW_BEFORE` of it is surely left, so a stream that drops
-//!   keeps Envoy enforcing a paid share until Envoy reconnects (it retries at its next report, 5 s
-//!   in Envoy 1.40).
-//! - **Store down**: the rule's fallback, unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`,
-//!   `local_share` → a token bucket at the rule's rate over the live sidecars.
+//!   pool, leasing the shortfall plus `LOOKAHEAD` seconds of the share in one store call, never
+//!   more than the stream's entitlement (its fair share per second, with `ENTITLEMENT_SLACK`).
+//!   What cannot be paid is not sent: the share Envoy holds is renewed (shorter if need be: a TTL
+//!   within what is paid costs nothing), else a share the pool pays for, else `DENY_ALL` until the
+//!   global bucket refills.
+//! - **Renewed every tick**: a new strategy is sent with a `NEW_TTL` TTL, renewals grow it a
+//!   second at a time to `TTL`, so a stream that drops keeps Envoy enforcing a paid share until
+//!   Envoy reconnects (at its next report, 5 s in Envoy 1.40).
+//! - **Store down**: a paid assignment runs on until it would lapse; then the rule's fallback,
+//!   unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`, `local_share` → a token bucket at the
+//!   rule's rate over the live sidecars.
 
 use std::sync::Arc;
 
@@ -24,7 +28,9 @@ use sluice_core::Entry;
 use sluice_core::bucket::Rate;
 use sluice_core::config::Fallback;
 use sluice_engine::GlobalStore;
-use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket, fair_share};
+use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket};
+
+mod sizing;
 
 /// TTL of a strategy when it is first sent (seconds).
 pub const NEW_TTL: u32 = 3;
@@ -38,27 +44,16 @@ pub const TTL: u32 = 6;
 /// An assignment that is not surely live this long after now lapses before the next tick
 /// (a tick and half a tick of jitter, microseconds).
 const RENEW_BEFORE: u64 = 1_500_000;
-/// A share grows only by at least this factor (each change restarts Envoy's bucket full).
-const MIN_STEP: f64 = 1.25;
+/// A share grows to its target only by at least this factor (each change restarts Envoy's
+/// bucket full), and half-way to it only by at least `HALF_STEP`.
+pub(super) const MIN_STEP: f64 = 1.05;
+const HALF_STEP: f64 = 1.25;
 /// How long a demand counts in the store without a new report (three of Envoy's 5 s reports).
 const DEMAND_TTL: std::time::Duration = std::time::Duration::from_secs(15);
-/// A stream may lease this much more than its fair share, so that timing jitter (a late tick, a
-/// lease rounded down) does not starve a share it is entitled to.
-const ENTITLEMENT_SLACK: f64 = 1.25;
-/// The part of a rule's rate that shares may use in all.
-const CONTENDED: f64 = 0.97;
-/// Envoy's bucket holds this many seconds of its share.
-const BUCKET_SECS: f64 = 0.2;
 /// Slack for float rounding in sums of fractional costs (never a whole token).
 const SLACK: f64 = 1e-9;
 /// Seconds of the share leased ahead with each store call (fewer store calls per bucket).
-const LOOKAHEAD: f64 = 2.0;
-/// Share above reported demand.
-const HEADROOM: f64 = 1.2;
-/// Demand below this fraction of the share shrinks it.
-const SHRINK_BELOW: f64 = 0.7;
-/// Fill intervals are chosen so that a share has this many steps per interval at the rule's rate.
-const STEPS: f64 = 100.0;
+pub(super) const LOOKAHEAD: f64 = 2.0;
 
 /// Where a bucket's tokens come from.
 #[derive(Clone)]
@@ -220,9 +215,11 @@ impl Bucket {
             match current {
                 Some(tb) if rate > tb.rate() => {
                     let have = tb.rate();
-                    for r in [rate, have + (rate - have) / 2.0] {
-                        if r < have * MIN_STEP {
-                            break;
+                    // The target itself if it is a step worth its restart; half-way only if
+                    // that is a large step.
+                    for (r, step) in [(rate, MIN_STEP), (have + (rate - have) / 2.0, HALF_STEP)] {
+                        if r < have * step {
+                            continue;
                         }
                         let s = self
                             .prepaid
@@ -361,53 +358,6 @@ impl Bucket {
         }
     }
 
-    /// The share to move to, if any: from demand (or an even split before Envoy reported any),
-    /// with hysteresis around `current`; `None` keeps the share Envoy holds.
-    fn target(&self, current: Option<TokenBucket>, instances: u64) -> Option<f64> {
-        let want = self.fair_rate(instances);
-        let Some(tb) = current else {
-            return Some(want);
-        };
-        let have = tb.rate();
-        // Before Envoy reported a duration, grow toward the even split as the pool allows.
-        let grow = want >= have * MIN_STEP && (self.saturated || self.demand.is_none());
-        let shrink = want < have * SHRINK_BELOW;
-        (grow || shrink).then_some(want)
-    }
-
-    /// This stream's fair share of the rule's rate: from every client's reported demand, or an
-    /// even split over the live sidecars before there is any.
-    fn fair_rate(&self, instances: u64) -> f64 {
-        let max = self.rate_per_sec();
-        match self.demand {
-            Some(d) => {
-                let everyone = self.everyone.as_deref().unwrap_or(std::slice::from_ref(&d));
-                // Shares of a contended rule leave a little of it unassigned, for what changes
-                // and jitter cost; without it, one late renewal starves a share.
-                fair_share(max * CONTENDED, d, everyone, HEADROOM).clamp(self.min_rate(), max)
-            }
-            None => (max / self.sharers(instances)).max(self.min_rate()),
-        }
-    }
-
-    /// How many share the bucket: the live sidecars, or the clients that reported demand.
-    fn sharers(&self, instances: u64) -> f64 {
-        let reported = self.everyone.as_ref().map_or(0, Vec::len);
-        instances.max(reported as u64).max(1) as f64
-    }
-
-    /// Adds what this stream may lease since the last time: its fair share per second, kept up
-    /// to its share of the burst or `LOOKAHEAD` and a second of its share. So no sidecar leases
-    /// another's share away (the store grants whoever asks first).
-    fn entitle(&mut self, now: u64, instances: u64) {
-        let rate = self.fair_rate(instances) * ENTITLEMENT_SLACK;
-        let elapsed = now.saturating_sub(self.entitled_at) as f64 / 1e6;
-        self.entitled_at = now;
-        let cap =
-            (self.source.rate.burst as f64 / self.sharers(instances)).max(rate * (LOOKAHEAD + 1.0));
-        self.entitled = (self.entitled + rate * elapsed).min(cap);
-    }
-
     fn quote_rate(&self, rate: f64, now: u64) -> Quote {
         let s = self
             .prepaid
@@ -450,38 +400,6 @@ impl Bucket {
     /// Whether the assignment in force lapses before the next tick can renew it.
     fn lapsing(&self, now: u64) -> bool {
         !self.prepaid.live(now.saturating_add(RENEW_BEFORE))
-    }
-
-    fn rate_per_sec(&self) -> f64 {
-        let r = &self.source.rate;
-        r.requests_per_unit as f64 / r.unit.seconds() as f64
-    }
-
-    /// The fill interval for this rule: whole seconds, long enough that a share has `STEPS`
-    /// steps per interval at the rule's rate (1 s for 100/s and above).
-    fn fill_interval(&self) -> u32 {
-        let secs = (STEPS / self.rate_per_sec().max(1e-9)).ceil();
-        secs.clamp(1.0, f64::from(86_400u32)) as u32
-    }
-
-    fn min_rate(&self) -> f64 {
-        1.0 / f64::from(self.fill_interval())
-    }
-
-    /// A token bucket refilling at about `rate` per second, holding `BUCKET_SECS` of it (at
-    /// least one token, at most the rule's burst): each new strategy costs its size again.
-    fn token_bucket(&self, rate: f64) -> TokenBucket {
-        let interval = self.fill_interval();
-        let per_fill = (rate * f64::from(interval))
-            .round()
-            .clamp(1.0, f64::from(u32::MAX));
-        let burst = self.source.rate.burst.clamp(1, u64::from(u32::MAX)) as f64;
-        let max_tokens = (rate * BUCKET_SECS).ceil().clamp(1.0, burst);
-        TokenBucket {
-            max_tokens: max_tokens as u32,
-            tokens_per_fill: per_fill as u32,
-            fill_interval_secs: interval,
-        }
     }
 }
 

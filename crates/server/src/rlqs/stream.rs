@@ -53,8 +53,6 @@ struct Free {
 
 struct Slot {
     tracked: Tracked,
-    /// Metric label of the bucket (entries in the rule's order, long values digested).
-    label: String,
     rule: String,
     /// Tokens per second last added to the assigned-rate gauge.
     gauged: f64,
@@ -185,10 +183,10 @@ impl RlqsStream {
             };
             let m = &self.state.metrics.rlqs;
             m.reported
-                .with_label_values(&[&slot.rule, &slot.label, "allowed"])
+                .with_label_values(&[&slot.rule, "allowed"])
                 .inc_by(allowed);
             m.reported
-                .with_label_values(&[&slot.rule, &slot.label, "denied"])
+                .with_label_values(&[&slot.rule, "denied"])
                 .inc_by(denied);
             match &mut slot.tracked {
                 Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
@@ -234,19 +232,9 @@ impl RlqsStream {
             },
             BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(entries, now), String::new()),
         };
-        let ordered = match &tracked {
-            Tracked::Limited(b) => &b.entries,
-            Tracked::Free(f) => &f.entries,
-        };
-        let label = ordered
-            .iter()
-            .map(|e| format!("{}={}", e.key, key_value(&e.value)))
-            .collect::<Vec<_>>()
-            .join("|");
-        self.state.metrics.rlqs.envoy(&rule, &label, 1);
+        self.state.metrics.rlqs.bucket(&rule, 1);
         Slot {
             tracked,
-            label,
             rule,
             gauged: 0.0,
         }
@@ -292,7 +280,7 @@ impl RlqsStream {
                     .metrics
                     .rlqs
                     .assigned
-                    .with_label_values(&[&slot.rule, &slot.label])
+                    .with_label_values(&[&slot.rule])
                     .add(rate - slot.gauged);
                 slot.gauged = rate;
             }
@@ -322,22 +310,18 @@ impl RlqsStream {
             }
             let m = &self.state.metrics.rlqs;
             if slot.gauged != 0.0 {
-                m.assigned
-                    .with_label_values(&[&slot.rule, &slot.label])
-                    .sub(slot.gauged);
+                m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
             }
-            m.envoy(&slot.rule, &slot.label, -1);
+            m.bucket(&slot.rule, -1);
         }
     }
 
     fn untrack(&self, slot: &Slot) {
         let m = &self.state.metrics.rlqs;
         if slot.gauged != 0.0 {
-            m.assigned
-                .with_label_values(&[&slot.rule, &slot.label])
-                .sub(slot.gauged);
+            m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
         }
-        m.envoy(&slot.rule, &slot.label, -1);
+        m.bucket(&slot.rule, -1);
     }
 
     fn view(&self, peer: &str) -> StreamView {

@@ -1,6 +1,6 @@
-//! What operators see of RLQS (Envoy exports none of the filter's stats in 1.40): per-bucket
-//! metrics summed over this sidecar's streams, and each stream's buckets for the Quota API's
-//! `ListAssignments`.
+//! What operators see of RLQS (Envoy exports none of the filter's stats in 1.40): metrics per
+//! rule summed over this sidecar's streams (labels never come from bucket ids, which Envoy builds
+//! from request headers), and each stream's buckets for the Quota API's `ListAssignments`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -18,11 +18,11 @@ use sluice_engine::assignment::Strategy;
 pub struct RlqsMetrics {
     /// Open streams.
     pub streams: IntGauge,
-    /// Tokens per second assigned to a bucket, summed over this sidecar's Envoys.
+    /// Tokens per second assigned to a rule's buckets, summed over this sidecar's Envoys.
     pub assigned: GaugeVec,
-    /// Envoys (streams) holding a bucket.
-    pub envoys: IntGaugeVec,
-    /// Requests Envoy reported for a bucket, allowed or denied.
+    /// Buckets of a rule held by this sidecar's Envoys (one per bucket and Envoy).
+    pub buckets: IntGaugeVec,
+    /// Requests Envoy reported for a rule's buckets, allowed or denied.
     pub reported: IntCounterVec,
     /// Assignments sent, by strategy (`token_bucket`, `deny_all`, `allow_all`, `abandon`).
     pub sent: IntCounterVec,
@@ -41,26 +41,28 @@ impl RlqsMetrics {
             assigned: register_gauge_vec_with_registry!(
                 Opts::new(
                     "sluice_rlqs_assigned_tokens_per_second",
-                    "Tokens per second assigned to an RLQS bucket, summed over this sidecar's \
-                     Envoys (0 while DENY_ALL)."
+                    "Tokens per second assigned to a rule's RLQS buckets, summed over this \
+                     sidecar's Envoys (0 while DENY_ALL; rule \"\" for buckets with no rule)."
                 ),
-                &["rule", "bucket"],
+                &["rule"],
                 registry
             )?,
-            envoys: register_int_gauge_vec_with_registry!(
+            buckets: register_int_gauge_vec_with_registry!(
                 Opts::new(
-                    "sluice_rlqs_bucket_envoys",
-                    "Envoys (RLQS streams) holding an assignment for a bucket."
+                    "sluice_rlqs_buckets",
+                    "RLQS buckets of a rule held by this sidecar's Envoys (one per bucket and \
+                     Envoy)."
                 ),
-                &["rule", "bucket"],
+                &["rule"],
                 registry
             )?,
             reported: register_int_counter_vec_with_registry!(
                 Opts::new(
                     "sluice_rlqs_reported_requests_total",
-                    "Requests Envoy reported for an RLQS bucket, by outcome (allowed, denied)."
+                    "Requests Envoy reported for a rule's RLQS buckets, by outcome (allowed, \
+                     denied)."
                 ),
-                &["rule", "bucket", "outcome"],
+                &["rule", "outcome"],
                 registry
             )?,
             sent: register_int_counter_vec_with_registry!(
@@ -84,17 +86,9 @@ impl RlqsMetrics {
         })
     }
 
-    /// A bucket's series gained (`+1`) or lost (`-1`) an Envoy; the last one out removes them.
-    pub fn envoy(&self, rule: &str, bucket: &str, delta: i64) {
-        let g = self.envoys.with_label_values(&[rule, bucket]);
-        g.add(delta);
-        if g.get() <= 0 {
-            let _ = self.envoys.remove_label_values(&[rule, bucket]);
-            let _ = self.assigned.remove_label_values(&[rule, bucket]);
-            for outcome in ["allowed", "denied"] {
-                let _ = self.reported.remove_label_values(&[rule, bucket, outcome]);
-            }
-        }
+    /// A rule gained (`+1`) or lost (`-1`) a bucket on one stream.
+    pub fn bucket(&self, rule: &str, delta: i64) {
+        self.buckets.with_label_values(&[rule]).add(delta);
     }
 
     /// Counts a sent action.

@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# P10: Envoy 1.40's rate limit quota filter (RLQS) with sluice assigning the quota, in one run with
+# plain Envoy, the rate-limit filter (RLS) and ext_authz calling the same sluice.
+#   Speed: one Envoy (--concurrency 1), wrk. Light load (1 connection): added p50 over plain Envoy.
+#   Saturated (64 connections): req/s as a share of plain Envoy's. The rule is never reached, so
+#   every request passes and only the cost of each filter is measured.
+#   Accuracy: two Envoys, each with its own sluice, one Redis (Docker); `http-rate` offers one
+#   tenant OFFERED req/s (default 4000) on each for ACCURACY_SECONDS (default 60); admitted 2xx,
+#   B + L·t for the example's limit scaled to L = B = 1000/s. Also Redis script calls per 100
+#   requests (INFO commandstats).
+# Prints and appends to RESULTS.md. Needs wrk, Envoy (scripts/setup.sh), Docker for the accuracy
+# part (SKIP_ACCURACY=1 skips it; ONLY_ACCURACY=1 skips the speed part).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v wrk >/dev/null || { echo "rlqs: wrk not found (apt-get install wrk)" >&2; exit 1; }
+envoy=${SLUICE_ENVOY_BIN:-.tools/bin/envoy}
+[ -x "$envoy" ] || { echo "rlqs: no Envoy at $envoy (run scripts/setup.sh)" >&2; exit 1; }
+DURATION=${DURATION:-10s} CONNECTIONS=${CONNECTIONS:-64} ENVOY_CONCURRENCY=${ENVOY_CONCURRENCY:-1}
+ACCURACY_SECONDS=${ACCURACY_SECONDS:-60}
+REDIS_IMAGE=${SLUICE_REDIS_IMAGE:-redis:7.0}
+. loadtest/lib.sh
+cargo build --release -q -p sluice -p sluice-loadtest
+work=$(mktemp -d)
+pids=()
+redis_ctr=""
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  [ -n "$redis_ctr" ] && docker rm -f "$redis_ctr" >/dev/null 2>&1
+  [ -n "${KEEP_LOGS:-}" ] && cp "$work"/*.log "$KEEP_LOGS"/ 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+
+# The RLQS filter: one bucket per x-client value; DENY_ALL until sluice's first assignment.
+rlqs_filter() { # domain header key cluster
+  cat <<YAML
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+              rlqs_server: {envoy_grpc: {cluster_name: $4}}
+              domain: $1
+              bucket_matchers:
+                matcher_list:
+                  matchers:
+                  - predicate:
+                      single_predicate:
+                        input:
+                          name: h
+                          typed_config: {"@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput, header_name: $2}
+                        value_match: {safe_regex: {google_re2: {}, regex: ".+"}}
+                    on_match:
+                      action:
+                        name: bucket
+                        typed_config:
+                          "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                          bucket_id_builder:
+                            bucket_id_builder:
+                              $3:
+                                custom_value:
+                                  name: h
+                                  typed_config: {"@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput, header_name: $2}
+                          reporting_interval: 5s
+                          no_assignment_behavior: {fallback_rate_limit: {blanket_rule: DENY_ALL}}
+                          expired_assignment_behavior: {fallback_rate_limit: {blanket_rule: DENY_ALL}}
+YAML
+}
+listener() { # name port filter(none|rlqs|rlqs_api|ratelimit|authz) cluster
+  local filter=""
+  case $3 in
+    rlqs) filter=$'\n'"$(rlqs_filter bench x-client client "$4")" ;;
+    rlqs_api) filter=$'\n'"$(rlqs_filter api x-tenant tenant "$4")" ;;
+    ratelimit) filter="
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 1s
+              failure_mode_deny: true
+              rate_limit_service: {transport_api_version: V3, grpc_service: {envoy_grpc: {cluster_name: $4}}}" ;;
+    authz) filter="
+          - name: envoy.filters.http.ext_authz
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+              transport_api_version: V3
+              grpc_service: {envoy_grpc: {cluster_name: $4}, timeout: 1s}" ;;
+  esac
+  cat <<YAML
+  - name: $1
+    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: $1
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              rate_limits: [{actions: [{request_headers: {header_name: x-client, descriptor_key: client}}]}]
+              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
+          http_filters:$filter
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+YAML
+}
+cluster() { # name port [h2]
+  cat <<YAML
+  - name: $1
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $2}}}}]}]}
+YAML
+  [ "${3:-}" = h2 ] && cat <<YAML
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+YAML
+  return 0
+}
+upstream() { # port
+  cat <<YAML
+  - name: upstream
+    address: {socket_address: {address: 127.0.0.1, port_value: $1}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: "/"}, direct_response: {status: 200, body: {inline_string: "ok"}}}]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+YAML
+}
+if [ "${ONLY_ACCURACY:-}" != 1 ]; then
+bench_servers "$work" 18781 18780 18782
+{
+  echo "static_resources:"
+  echo "  listeners:"
+  listener plain 18700 none ""
+  listener rlqs 18701 rlqs sluice
+  listener rl 18702 ratelimit sluice
+  listener authz 18703 authz sluice
+  upstream 18710
+  echo "  clusters:"
+  cluster sluice 18781 h2
+  cluster upstream 18710
+} >"$work/envoy.yaml"
+serve 18700 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart --base-id 71
+pids+=("$SERVED_PID")
+# Every listener answers 200 (RLQS: once sluice's first assignment for the bucket arrived).
+for port in 18700 18701 18702 18703; do
+  ok=""
+  for _ in $(seq 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] && { ok=1; break; }
+    sleep 0.1
+  done
+  [ -n "$ok" ] || { echo "rlqs: listener $port does not answer 200"; cat "$work/envoy.log" "$work/sluice.log"; exit 1; }
+done
+
+# Prints "rps p50_ms p99_ms non2xx requests" for one wrk run: $1 port, $2 connections, $3 duration.
+run() {
+  wrk -t "$(( $2 < 2 ? 1 : 2 ))" -c "$2" -d "${3:-$DURATION}" --latency -H 'x-client: hot' "http://127.0.0.1:$1/" | python3 -c '
+import re, sys
+t = sys.stdin.read()
+def ms(v, u): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
+p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", t, re.M)}
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+n = int(re.search(r"(\d+) requests in", t).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print("%.0f %.3f %.3f %s %d" % (rps, p["50"], p["99"], bad.group(1) if bad else 0, n))'
+}
+
+stamp="$(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores), Envoy --concurrency $ENVOY_CONCURRENCY, wrk -d $DURATION"
+{
+  printf '\n### P10 (RLQS), %s\n\n' "$stamp"
+  printf '| filter | light (1 conn.) p50 | added over plain | saturated (%s conn.) req/s | share of plain | p99 |\n|---|---|---|---|---|---|\n' "$CONNECTIONS"
+} >> loadtest/RESULTS.md
+read -r _ l_plain_p50 _ _ _ <<<"$(run 18700 1)"
+read -r s_plain_rps _ s_plain_p99 _ _ <<<"$(run 18700 "$CONNECTIONS")"
+row=$(printf '| plain Envoy | %.3f ms | | %.0f | 100%% | %.2f ms |' "$l_plain_p50" "$s_plain_rps" "$s_plain_p99")
+echo "$row"; echo "$row" >> loadtest/RESULTS.md
+for f in "RLQS (rate_limit_quota)|18701" "RLS (ratelimit)|18702" "ext_authz|18703"; do
+  IFS='|' read -r name port <<<"$f"
+  read -r _ l_p50 _ l_bad _ <<<"$(run "$port" 1)"
+  read -r s_rps _ s_p99 s_bad _ <<<"$(run "$port" "$CONNECTIONS")"
+  [ "$l_bad$s_bad" = 00 ] || echo "rlqs: non-2xx answers on $name: $l_bad $s_bad" >&2
+  row=$(python3 -c 'import sys; n = sys.argv[1]; lp, l, sp, s, p99 = map(float, sys.argv[2:]); print("| %s | %.3f ms | **%+.3f ms** | %.0f | **%.1f%%** | %.2f ms |" % (n, l, l - lp, s, 100 * s / sp, p99))' \
+    "$name" "$l_plain_p50" "$l_p50" "$s_plain_rps" "$s_rps" "$s_p99")
+  echo "$row"; echo "$row" >> loadtest/RESULTS.md
+done
+kill "${pids[@]}" 2>/dev/null || true
+pids=()
+fi
+[ "${SKIP_ACCURACY:-}" = 1 ] && exit 0
+
+# Accuracy: two pods (Envoy + sluice) on one Redis, one tenant overloaded on both at a fixed rate
+# (wrk would take the CPU Redis and sluice need and measure the store's fallback instead).
+redis_ctr=$(docker run -d -p 127.0.0.1:18779:6379 "$REDIS_IMAGE")
+for _ in $(seq 50); do docker exec "$redis_ctr" redis-cli ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
+cat >"$work/pods.yaml" <<'YAML'
+domains:
+  - domain: api
+    descriptors:
+      - key: tenant
+        rate_limit: {unit: second, requests_per_unit: 1000}
+redis:
+  url: redis://127.0.0.1:18779
+  timeout: 20ms
+YAML
+for i in 0 1; do
+  serve "1879$((i + 1))" "$work/pod$i-sluice.log" ./target/release/sluice serve --config "$work/pods.yaml" \
+    --grpc-addr "127.0.0.1:1879$((i + 1))" --admin-addr "127.0.0.1:1879$((i + 5))" --reload-interval 0s
+  pids+=("$SERVED_PID")
+  {
+    echo "static_resources:"
+    echo "  listeners:"
+    listener "pod$i" "1872$i" rlqs_api sluice
+    upstream "1873$i"
+    echo "  clusters:"
+    cluster sluice "1879$((i + 1))" h2
+    cluster upstream "1873$i"
+  } >"$work/pod$i.yaml"
+  serve "1872$i" "$work/pod$i-envoy.log" "$envoy" -c "$work/pod$i.yaml" --concurrency 1 -l warn --disable-hot-restart --base-id "7$((i + 2))"
+  pids+=("$SERVED_PID")
+done
+before=$(docker exec "$redis_ctr" redis-cli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/^[^:]*:calls=\([0-9]*\).*/\1/' | paste -sd+ | bc)
+start=$(date +%s.%N)
+# 4 000 requests a second offered to each Envoy (8 times the limit in all), at a fixed rate.
+./target/release/http-rate --port 18720 --header x-tenant=acme --rate "${OFFERED:-4000}" --seconds "$ACCURACY_SECONDS" >"$work/load-0.txt" & w0=$!
+./target/release/http-rate --port 18721 --header x-tenant=acme --rate "${OFFERED:-4000}" --seconds "$ACCURACY_SECONDS" >"$work/load-1.txt" & w1=$!
+wait $w0 $w1
+end=$(date +%s.%N)
+for port in 18795 18796; do
+  curl -s "127.0.0.1:$port/metrics" | grep -E '^sluice_(degraded|rlqs_assigned)' | sed "s/^/  sidecar :$port /" >&2
+done
+after=$(docker exec "$redis_ctr" redis-cli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/^[^:]*:calls=\([0-9]*\).*/\1/' | paste -sd+ | bc)
+result=$(python3 - "$work/load-0.txt" "$work/load-1.txt" "$start" "$end" "$before" "$after" <<'PY'
+import re, sys
+admitted, sent, other = [], 0, 0
+for f in sys.argv[1:3]:
+    m = re.search(r"sent (\d+) ok (\d+) denied (\d+) other (\d+)", open(f).read())
+    sent += int(m.group(1)); admitted.append(int(m.group(2))); other += int(m.group(4))
+start, end, before, after = map(float, sys.argv[3:])
+secs = end - start
+bound = 1000 + 1000 * secs
+total = sum(admitted)
+print("two Envoys, %d requests/s offered to each for %.0f s, L = B = 1000/s: sent %d, admitted %d (%d + %d) of B + L·t = %.0f: **%.1f%%**, %s%s; Redis script calls %d (%.2f per 100 requests sent)" % (
+    sent / secs / 2, secs, sent, total, admitted[0], admitted[1], bound, 100 * total / bound,
+    "never over" if total <= bound else "OVER THE BOUND", ", %d other answers" % other if other else "",
+    after - before, 100 * (after - before) / max(sent, 1)))
+PY
+)
+echo "$result"
+printf '\n- Accuracy: %s\n' "$result" >> loadtest/RESULTS.md
