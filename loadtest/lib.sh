@@ -49,3 +49,110 @@ YAML
   serve "$4" "$work/noop.log" ./target/release/noop-rls --addr "127.0.0.1:$4"
   pids+=("$SERVED_PID")
 }
+
+# Envoy config pieces shared by p4.sh and rlqs.sh (YAML at the indentation of
+# static_resources.listeners / clusters).
+
+# The http filter that calls sluice (or the no-op) at CLUSTER: envoy_filter authz|ratelimit CLUSTER
+envoy_filter() {
+  case $1 in
+    authz) cat <<YAML
+          - name: envoy.filters.http.ext_authz
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+              transport_api_version: V3
+              grpc_service: {envoy_grpc: {cluster_name: $2}, timeout: 1s}
+YAML
+    ;;
+    ratelimit) cat <<YAML
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 1s
+              failure_mode_deny: true
+              rate_limit_service: {transport_api_version: V3, grpc_service: {envoy_grpc: {cluster_name: $2}}}
+YAML
+    ;;
+  esac
+}
+
+# A listener routing to the cluster `upstream`, with the http filters FILTERS (YAML, may be empty)
+# before the router; descriptors from x-client: envoy_listener NAME PORT FILTERS
+envoy_listener() {
+  cat <<YAML
+  - name: $1
+    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: $1
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              rate_limits: [{actions: [{request_headers: {header_name: x-client, descriptor_key: client}}]}]
+              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
+          http_filters:
+YAML
+  [ -n "$3" ] && printf '%s\n' "$3"
+  cat <<YAML
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+YAML
+}
+
+# A static cluster on 127.0.0.1: envoy_cluster NAME PORT [h2]
+envoy_cluster() {
+  cat <<YAML
+  - name: $1
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $2}}}}]}]}
+YAML
+  [ "${3:-}" = h2 ] && cat <<YAML
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+YAML
+  return 0
+}
+
+# The upstream: a listener answering 200 to everything: envoy_upstream PORT
+envoy_upstream() {
+  cat <<YAML
+  - name: upstream
+    address: {socket_address: {address: 127.0.0.1, port_value: $1}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: "/"}, direct_response: {status: 200, body: {inline_string: "ok"}}}]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+YAML
+}
+
+# One wrk run with x-client: hot; prints "rps p50_ms p99_ms non2xx requests":
+# wrk_run PORT CONNECTIONS [DURATION (default $DURATION)]
+wrk_run() {
+  wrk -t "$(( $2 < 2 ? 1 : 2 ))" -c "$2" -d "${3:-$DURATION}" --latency -H 'x-client: hot' "http://127.0.0.1:$1/" | python3 -c '
+import re, sys
+t = sys.stdin.read()
+def ms(v, u): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
+p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", t, re.M)}
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+n = int(re.search(r"(\d+) requests in", t).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print("%.0f %.3f %.3f %s %d" % (rps, p["50"], p["99"], bad.group(1) if bad else 0, n))'
+}

@@ -21,57 +21,7 @@ bench_servers "$work" 18581 18580 18582
 # Listeners: 18600 no filter; 18601/18602 ext_authz → sluice/no-op; 18603/18604 rate-limit filter
 # → sluice/no-op; 18610 the upstream (direct 200).
 listener() { # name port filter(none|authz|ratelimit) cluster
-  local filter=""
-  case $3 in
-    authz) filter="
-          - name: envoy.filters.http.ext_authz
-            typed_config:
-              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
-              transport_api_version: V3
-              grpc_service: {envoy_grpc: {cluster_name: $4}, timeout: 1s}" ;;
-    ratelimit) filter="
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
-              timeout: 1s
-              failure_mode_deny: true
-              rate_limit_service: {transport_api_version: V3, grpc_service: {envoy_grpc: {cluster_name: $4}}}" ;;
-  esac
-  cat <<YAML
-  - name: $1
-    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: $1
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              rate_limits: [{actions: [{request_headers: {header_name: x-client, descriptor_key: client}}]}]
-              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
-          http_filters:$filter
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-YAML
-}
-cluster() { # name port http2
-  cat <<YAML
-  - name: $1
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $2}}}}]}]}
-YAML
-  [ "$3" = h2 ] && cat <<YAML
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-YAML
-  return 0
+  envoy_listener "$1" "$2" "$(envoy_filter "$3" "$4")"
 }
 {
   echo "static_resources:"
@@ -81,28 +31,11 @@ YAML
   listener authz_noop 18602 authz noop
   listener rl_sluice 18603 ratelimit sluice
   listener rl_noop 18604 ratelimit noop
-  cat <<'YAML'
-  - name: upstream
-    address: {socket_address: {address: 127.0.0.1, port_value: 18610}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: upstream
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{match: {prefix: "/"}, direct_response: {status: 200, body: {inline_string: "ok"}}}]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-YAML
+  envoy_upstream 18610
   echo "  clusters:"
-  cluster sluice 18581 h2
-  cluster noop 18582 h2
-  cluster upstream 18610 h1
+  envoy_cluster sluice 18581 h2
+  envoy_cluster noop 18582 h2
+  envoy_cluster upstream 18610
 } >"$work/envoy.yaml"
 serve 18600 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart
 pids+=("$SERVED_PID")
@@ -115,31 +48,19 @@ for port in 18600 18601 18602 18603 18604; do
     { echo "p4: listener $port does not answer 200"; cat "$work/envoy.log" "$work/sluice.log"; exit 1; }
 done
 
-# Prints "rps p50_ms p99_ms non2xx" for one wrk run: $1 port, $2 connections.
-run() {
-  wrk -t "$(( $2 < 2 ? 1 : 2 ))" -c "$2" -d "$DURATION" --latency -H 'x-client: hot' "http://127.0.0.1:$1/" | python3 -c '
-import re, sys
-t = sys.stdin.read()
-def ms(v, u): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
-p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", t, re.M)}
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-print("%.0f %.3f %.3f %s" % (rps, p["50"], p["99"], bad.group(1) if bad else 0))'
-}
-
 stamp="$(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores), Envoy --concurrency $ENVOY_CONCURRENCY, wrk -d $DURATION"
 {
   printf '\n### P4, %s\n\n' "$stamp"
   printf '| filter | load | plain Envoy | Envoy + no-op | Envoy + sluice | result |\n|---|---|---|---|---|---|\n'
 } >> loadtest/RESULTS.md
-read -r l_plain_rps l_plain_p50 _ _ <<<"$(run 18600 1)"
-read -r s_plain_rps _ _ _ <<<"$(run 18600 "$CONNECTIONS")"
+read -r l_plain_rps l_plain_p50 _ _ _ <<<"$(wrk_run 18600 1)"
+read -r s_plain_rps _ _ _ _ <<<"$(wrk_run 18600 "$CONNECTIONS")"
 for f in "ext_authz|18601|18602" "rate-limit filter|18603|18604"; do
   IFS='|' read -r name sport nport <<<"$f"
-  read -r _ l_noop_p50 _ l_noop_bad <<<"$(run "$nport" 1)"
-  read -r _ l_s_p50 _ l_s_bad <<<"$(run "$sport" 1)"
-  read -r s_noop_rps _ s_noop_p99 s_noop_bad <<<"$(run "$nport" "$CONNECTIONS")"
-  read -r s_s_rps _ s_s_p99 s_s_bad <<<"$(run "$sport" "$CONNECTIONS")"
+  read -r _ l_noop_p50 _ l_noop_bad _ <<<"$(wrk_run "$nport" 1)"
+  read -r _ l_s_p50 _ l_s_bad _ <<<"$(wrk_run "$sport" 1)"
+  read -r s_noop_rps _ s_noop_p99 s_noop_bad _ <<<"$(wrk_run "$nport" "$CONNECTIONS")"
+  read -r s_s_rps _ s_s_p99 s_s_bad _ <<<"$(wrk_run "$sport" "$CONNECTIONS")"
   [ "$l_noop_bad$l_s_bad$s_noop_bad$s_s_bad" = 0000 ] || echo "p4: non-2xx answers: $l_noop_bad $l_s_bad $s_noop_bad $s_s_bad" >&2
   light=$(python3 -c 'import sys; n = sys.argv[1]; p, o, s = map(float, sys.argv[2:]); print("| %s | light (1 conn.) | p50 %.3f ms | p50 %.3f ms | p50 %.3f ms | sluice adds **%.3f ms** p50 over plain Envoy (no-op adds %.3f ms) |" % (n, p, o, s, s - p, o - p))' \
     "$name" "$l_plain_p50" "$l_noop_p50" "$l_s_p50")

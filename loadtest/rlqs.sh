@@ -66,79 +66,14 @@ rlqs_filter() { # domain header key cluster
 YAML
 }
 listener() { # name port filter(none|rlqs|rlqs_api|ratelimit|authz) cluster
-  local filter=""
+  local filter
   case $3 in
-    rlqs) filter=$'\n'"$(rlqs_filter bench x-client client "$4")" ;;
-    rlqs_api) filter=$'\n'"$(rlqs_filter api x-tenant tenant "$4")" ;;
-    ratelimit) filter="
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
-              timeout: 1s
-              failure_mode_deny: true
-              rate_limit_service: {transport_api_version: V3, grpc_service: {envoy_grpc: {cluster_name: $4}}}" ;;
-    authz) filter="
-          - name: envoy.filters.http.ext_authz
-            typed_config:
-              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
-              transport_api_version: V3
-              grpc_service: {envoy_grpc: {cluster_name: $4}, timeout: 1s}" ;;
+    none) filter="" ;;
+    rlqs) filter=$(rlqs_filter bench x-client client "$4") ;;
+    rlqs_api) filter=$(rlqs_filter api x-tenant tenant "$4") ;;
+    *) filter=$(envoy_filter "$3" "$4") ;;
   esac
-  cat <<YAML
-  - name: $1
-    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: $1
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              rate_limits: [{actions: [{request_headers: {header_name: x-client, descriptor_key: client}}]}]
-              routes: [{match: {prefix: "/"}, route: {cluster: upstream}}]
-          http_filters:$filter
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-YAML
-}
-cluster() { # name port [h2]
-  cat <<YAML
-  - name: $1
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $2}}}}]}]}
-YAML
-  [ "${3:-}" = h2 ] && cat <<YAML
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-YAML
-  return 0
-}
-upstream() { # port
-  cat <<YAML
-  - name: upstream
-    address: {socket_address: {address: 127.0.0.1, port_value: $1}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: upstream
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{match: {prefix: "/"}, direct_response: {status: 200, body: {inline_string: "ok"}}}]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-YAML
+  envoy_listener "$1" "$2" "$filter"
 }
 if [ "${ONLY_ACCURACY:-}" != 1 ]; then
 bench_servers "$work" 18781 18780 18782
@@ -149,10 +84,10 @@ bench_servers "$work" 18781 18780 18782
   listener rlqs 18701 rlqs sluice
   listener rl 18702 ratelimit sluice
   listener authz 18703 authz sluice
-  upstream 18710
+  envoy_upstream 18710
   echo "  clusters:"
-  cluster sluice 18781 h2
-  cluster upstream 18710
+  envoy_cluster sluice 18781 h2
+  envoy_cluster upstream 18710
 } >"$work/envoy.yaml"
 serve 18700 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart --base-id 71
 pids+=("$SERVED_PID")
@@ -166,32 +101,19 @@ for port in 18700 18701 18702 18703; do
   [ -n "$ok" ] || { echo "rlqs: listener $port does not answer 200"; cat "$work/envoy.log" "$work/sluice.log"; exit 1; }
 done
 
-# Prints "rps p50_ms p99_ms non2xx requests" for one wrk run: $1 port, $2 connections, $3 duration.
-run() {
-  wrk -t "$(( $2 < 2 ? 1 : 2 ))" -c "$2" -d "${3:-$DURATION}" --latency -H 'x-client: hot' "http://127.0.0.1:$1/" | python3 -c '
-import re, sys
-t = sys.stdin.read()
-def ms(v, u): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
-p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", t, re.M)}
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-n = int(re.search(r"(\d+) requests in", t).group(1))
-bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-print("%.0f %.3f %.3f %s %d" % (rps, p["50"], p["99"], bad.group(1) if bad else 0, n))'
-}
-
 stamp="$(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores), Envoy --concurrency $ENVOY_CONCURRENCY, wrk -d $DURATION"
 {
   printf '\n### P10 (RLQS), %s\n\n' "$stamp"
   printf '| filter | light (1 conn.) p50 | added over plain | saturated (%s conn.) req/s | share of plain | p99 |\n|---|---|---|---|---|---|\n' "$CONNECTIONS"
 } >> loadtest/RESULTS.md
-read -r _ l_plain_p50 _ _ _ <<<"$(run 18700 1)"
-read -r s_plain_rps _ s_plain_p99 _ _ <<<"$(run 18700 "$CONNECTIONS")"
+read -r _ l_plain_p50 _ _ _ <<<"$(wrk_run 18700 1)"
+read -r s_plain_rps _ s_plain_p99 _ _ <<<"$(wrk_run 18700 "$CONNECTIONS")"
 row=$(printf '| plain Envoy | %.3f ms | | %.0f | 100%% | %.2f ms |' "$l_plain_p50" "$s_plain_rps" "$s_plain_p99")
 echo "$row"; echo "$row" >> loadtest/RESULTS.md
 for f in "RLQS (rate_limit_quota)|18701" "RLS (ratelimit)|18702" "ext_authz|18703"; do
   IFS='|' read -r name port <<<"$f"
-  read -r _ l_p50 _ l_bad _ <<<"$(run "$port" 1)"
-  read -r s_rps _ s_p99 s_bad _ <<<"$(run "$port" "$CONNECTIONS")"
+  read -r _ l_p50 _ l_bad _ <<<"$(wrk_run "$port" 1)"
+  read -r s_rps _ s_p99 s_bad _ <<<"$(wrk_run "$port" "$CONNECTIONS")"
   [ "$l_bad$s_bad" = 00 ] || echo "rlqs: non-2xx answers on $name: $l_bad $s_bad" >&2
   row=$(python3 -c 'import sys; n = sys.argv[1]; lp, l, sp, s, p99 = map(float, sys.argv[2:]); print("| %s | %.3f ms | **%+.3f ms** | %.0f | **%.1f%%** | %.2f ms |" % (n, l, l - lp, s, 100 * s / sp, p99))' \
     "$name" "$l_plain_p50" "$l_p50" "$s_plain_rps" "$s_rps" "$s_p99")
@@ -224,10 +146,10 @@ for i in 0 1; do
     echo "static_resources:"
     echo "  listeners:"
     listener "pod$i" "1872$i" rlqs_api sluice
-    upstream "1873$i"
+    envoy_upstream "1873$i"
     echo "  clusters:"
-    cluster sluice "1879$((i + 1))" h2
-    cluster upstream "1873$i"
+    envoy_cluster sluice "1879$((i + 1))" h2
+    envoy_cluster upstream "1873$i"
   } >"$work/pod$i.yaml"
   serve "1872$i" "$work/pod$i-envoy.log" "$envoy" -c "$work/pod$i.yaml" --concurrency 1 -l warn --disable-hot-restart --base-id "7$((i + 2))"
   pids+=("$SERVED_PID")

@@ -140,6 +140,23 @@ struct KeyLevel {
     any: Option<usize>,
 }
 
+impl KeyLevel {
+    /// The node `value` leads to: an exact value first, then `*` patterns in file order, then the
+    /// key without a value.
+    fn find(&self, value: &str) -> Option<usize> {
+        self.exact
+            .get(value)
+            .or_else(|| {
+                self.patterns
+                    .iter()
+                    .find(|(p, _)| wildcard_match(p, value))
+                    .map(|(_, n)| n)
+            })
+            .or(self.any.as_ref())
+            .copied()
+    }
+}
+
 impl RuleSet {
     /// Compiles and validates domain files (each with the file it came from).
     pub fn compile(domains: &[(PathBuf, DomainFile)]) -> Result<Self, ConfigError> {
@@ -245,18 +262,7 @@ impl RuleSet {
             let Some(level) = node.children.get(&entry.key) else {
                 break;
             };
-            let next = level
-                .exact
-                .get(&entry.value)
-                .or_else(|| {
-                    level
-                        .patterns
-                        .iter()
-                        .find(|(p, _)| wildcard_match(p, &entry.value))
-                        .map(|(_, n)| n)
-                })
-                .or(level.any.as_ref());
-            let Some(&next) = next else {
+            let Some(next) = level.find(&entry.value) else {
                 break;
             };
             node = &self.nodes[next];

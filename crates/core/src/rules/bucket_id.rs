@@ -12,7 +12,7 @@
 //! level without one exempts the bucket, as it would exempt the descriptor. The search only walks
 //! paths the tree has, so it costs at most one visit per tree node.
 
-use super::{Match, RuleSet, wildcard_match};
+use super::{Match, RuleSet};
 use crate::descriptor::Entry;
 
 /// What a bucket id matched.
@@ -73,18 +73,7 @@ impl RuleSet {
             let Some(level) = self.nodes[node].children.get(&entry.key) else {
                 continue;
             };
-            let next = level
-                .exact
-                .get(&entry.value)
-                .or_else(|| {
-                    level
-                        .patterns
-                        .iter()
-                        .find(|(p, _)| wildcard_match(p, &entry.value))
-                        .map(|(_, n)| n)
-                })
-                .or(level.any.as_ref());
-            let Some(&next) = next else {
+            let Some(next) = level.find(&entry.value) else {
                 continue;
             };
             used[i] = true;
