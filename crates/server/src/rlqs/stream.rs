@@ -34,6 +34,8 @@ pub const MAX_BUCKETS: usize = 4096;
 pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
 /// How often every bucket is looked at.
 const TICK: Duration = Duration::from_secs(1);
+/// How often a stream drops full buckets from the store of `mode: local` rules.
+const HOUSEKEEPING_MICROS: u64 = 30_000_000;
 
 /// A bucket the stream tracks.
 enum Tracked {
@@ -73,6 +75,7 @@ pub async fn run(
         domain: None,
         rules: state.engine.rules(),
         slots: HashMap::new(),
+        housekept_at: 0,
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -126,6 +129,8 @@ struct RlqsStream {
     rules: Arc<RuleSet>,
     /// By bucket id, entries sorted by key.
     slots: HashMap<Vec<Entry>, Slot>,
+    /// When this stream last ran the local store's housekeeping.
+    housekept_at: u64,
 }
 
 impl RlqsStream {
@@ -244,6 +249,11 @@ impl RlqsStream {
     async fn act(&mut self) -> Vec<BucketAction> {
         let mut actions = Vec::new();
         let now = self.state.engine.now();
+        if now.saturating_sub(self.housekept_at) >= HOUSEKEEPING_MICROS {
+            // `mode: local` buckets live in this sidecar's own store: drop the full ones.
+            self.housekept_at = now;
+            self.state.rlqs.local.housekeeping();
+        }
         let rules = self.state.engine.rules();
         let reloaded = !Arc::ptr_eq(&rules, &self.rules);
         self.rules = rules;
