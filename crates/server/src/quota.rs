@@ -87,7 +87,7 @@ pub fn entries_of(domain: &str, entries: &[pb::Entry]) -> Result<Vec<Entry>, Sta
         .iter()
         .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
         .collect();
-    validate::check_entries(0, &entries)?;
+    validate::check_entries(&"descriptor 0", &entries)?;
     Ok(entries)
 }
 

@@ -56,7 +56,7 @@ impl UsageService {
                     .iter()
                     .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
                     .collect();
-                validate::check_entries(i, &entries)?;
+                validate::check_entries(&format_args!("descriptor {i}"), &entries)?;
                 if let Match::Rule(rule) = rules.match_descriptor(&req.domain, &entries)
                     && let Limit::Limited {
                         payment: Payment::Prepaid,

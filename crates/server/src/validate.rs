@@ -59,7 +59,7 @@ pub fn descriptors(descriptors: &[RateLimitDescriptor]) -> Result<Vec<Descriptor
                 .iter()
                 .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
                 .collect::<Vec<_>>();
-            check_entries(i, &entries)?;
+            check_entries(&format_args!("descriptor {i}"), &entries)?;
             let limit_override = match &d.limit {
                 None => None,
                 Some(l) => Some(LimitOverride {
@@ -81,28 +81,27 @@ pub fn descriptors(descriptors: &[RateLimitDescriptor]) -> Result<Vec<Descriptor
         .collect()
 }
 
-/// Checks one descriptor's entries (also used for descriptors built by ext_authz).
-pub fn check_entries(index: usize, entries: &[Entry]) -> Result<(), Status> {
+/// Checks one descriptor's entries (also used for descriptors built by ext_authz and for RLQS
+/// bucket ids); `what` names it in errors (`descriptor 2`, `bucket_id`).
+pub fn check_entries(what: &dyn std::fmt::Display, entries: &[Entry]) -> Result<(), Status> {
     if entries.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "descriptor {index} has no entries"
-        )));
+        return Err(Status::invalid_argument(format!("{what} has no entries")));
     }
     if entries.len() > MAX_ENTRIES {
         return Err(Status::invalid_argument(format!(
-            "descriptor {index} has {} entries; the limit is {MAX_ENTRIES}",
+            "{what} has {} entries; the limit is {MAX_ENTRIES}",
             entries.len()
         )));
     }
     for (j, e) in entries.iter().enumerate() {
         if e.key.is_empty() {
             return Err(Status::invalid_argument(format!(
-                "descriptor {index} entry {j} has an empty key"
+                "{what} entry {j} has an empty key"
             )));
         }
         if e.key.len() > MAX_ENTRY_BYTES {
             return Err(Status::invalid_argument(format!(
-                "descriptor {index} entry {j} ('{}…'): key is {} bytes; the limit is {MAX_ENTRY_BYTES}",
+                "{what} entry {j} ('{}…'): key is {} bytes; the limit is {MAX_ENTRY_BYTES}",
                 truncate(&e.key, 64),
                 e.key.len()
             )));

@@ -246,13 +246,14 @@ async fn bad_streams_get_clear_errors() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("one domain"), "{err}");
 
-    // A report without a bucket id, and one with an oversized key.
+    // A report without a bucket id, one with an oversized key, one with an empty key.
     for bad in [
         BucketQuotaUsage {
             bucket_id: None,
             ..usage(bucket(&[]), 0, 0, 0)
         },
         usage(bucket(&[(&"k".repeat(2000), "v")]), 0, 1, 0),
+        usage(bucket(&[("", "v")]), 0, 1, 0),
     ] {
         let mut s = open(&server).await;
         s.send("api", vec![bad]).await;

@@ -77,6 +77,39 @@ pub enum Step {
     Send(Strategy, u32),
 }
 
+/// What Envoy reported for a bucket, in all (limited or not).
+#[derive(Debug, Clone, Copy)]
+pub struct Reported {
+    /// Requests Envoy admitted.
+    pub allowed: u64,
+    /// Requests Envoy denied.
+    pub denied: u64,
+    /// When Envoy last reported traffic (engine clock, µs); the bucket's start before that.
+    pub last_traffic: u64,
+}
+
+impl Reported {
+    /// Nothing reported yet, at `now`.
+    pub fn new(now: u64) -> Self {
+        Self {
+            allowed: 0,
+            denied: 0,
+            last_traffic: now,
+        }
+    }
+
+    /// Adds one report (saturating); returns its requests.
+    pub fn add(&mut self, allowed: u64, denied: u64, now: u64) -> u64 {
+        self.allowed = self.allowed.saturating_add(allowed);
+        self.denied = self.denied.saturating_add(denied);
+        let requests = allowed.saturating_add(denied);
+        if requests > 0 {
+            self.last_traffic = now;
+        }
+        requests
+    }
+}
+
 /// One bucket of one stream.
 pub struct Bucket {
     /// The bucket id's entries, in the rule's order.
@@ -104,12 +137,8 @@ pub struct Bucket {
     entitled: f64,
     /// When `entitled` was last topped up.
     entitled_at: u64,
-    /// When Envoy last reported traffic (engine clock, µs).
-    pub last_traffic: u64,
-    /// Totals reported.
-    pub allowed: u64,
-    /// Totals reported.
-    pub denied: u64,
+    /// What Envoy reported, in all.
+    pub reported: Reported,
     /// Whether the strategy in force was sent unpaid (store down).
     pub unpaid: bool,
 }
@@ -132,9 +161,7 @@ impl Bucket {
             // A new bucket may lease its share of the burst at once.
             entitled: f64::INFINITY,
             entitled_at: now,
-            last_traffic: now,
-            allowed: 0,
-            denied: 0,
+            reported: Reported::new(now),
             unpaid: false,
         }
     }
@@ -146,12 +173,7 @@ impl Bucket {
 
     /// Takes a usage report in.
     pub fn report(&mut self, allowed: u64, denied: u64, elapsed_secs: u64, now: u64) {
-        self.allowed = self.allowed.saturating_add(allowed);
-        self.denied = self.denied.saturating_add(denied);
-        let requests = allowed.saturating_add(denied);
-        if requests > 0 {
-            self.last_traffic = now;
-        }
+        let requests = self.reported.add(allowed, denied, now);
         // Envoy 1.40's first report of a bucket says 0 s: it tells that the bucket exists.
         if elapsed_secs > 0 {
             self.demand = Some(requests as f64 / elapsed_secs as f64);

@@ -13,8 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_core::bucket::Rate;
+use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{BucketMatch, Limit};
-use sluice_core::{Entry, RuleSet};
+use sluice_core::{Entry, Rule, RuleSet};
 use sluice_engine::assignment::Strategy;
 use sluice_engine::key::{key_value, store_key};
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
@@ -22,8 +24,8 @@ use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageRepor
 use tokio::sync::mpsc::Sender;
 use tonic::{Status, Streaming};
 
-use super::bucket::{Bucket, Source, Step, TTL};
-use super::view::{BucketView, StreamView};
+use super::bucket::{Bucket, Reported, Source, Step, TTL};
+use super::view::{BucketView, RlqsMetrics, StreamView};
 use super::wire;
 use crate::state::AppState;
 
@@ -48,9 +50,7 @@ enum Tracked {
 struct Free {
     entries: Vec<Entry>,
     sent_at: Option<u64>,
-    last_traffic: u64,
-    allowed: u64,
-    denied: u64,
+    reported: Reported,
 }
 
 struct Slot {
@@ -196,11 +196,7 @@ impl RlqsStream {
             match &mut slot.tracked {
                 Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
                 Tracked::Free(f) => {
-                    f.allowed = f.allowed.saturating_add(allowed);
-                    f.denied = f.denied.saturating_add(denied);
-                    if allowed.saturating_add(denied) > 0 {
-                        f.last_traffic = now;
-                    }
+                    f.reported.add(allowed, denied, now);
                 }
             }
         }
@@ -212,14 +208,9 @@ impl RlqsStream {
         let domain = self.domain.as_deref().unwrap_or_default();
         let shadow = self.state.runtime.load().shadow_mode;
         let (tracked, rule) = match self.rules.match_bucket_id(domain, &entries) {
-            BucketMatch::Rule(rule, ordered) => match rule.limit {
-                Limit::Limited {
-                    rate,
-                    mode,
-                    fallback,
-                    ..
-                } if !rule.shadow_mode && !shadow => {
-                    let store = if mode == sluice_core::config::Mode::Local {
+            BucketMatch::Rule(rule, ordered) => match enforced(rule, shadow) {
+                Some((rate, mode, fallback)) => {
+                    let store = if mode == Mode::Local {
                         Arc::clone(&self.state.rlqs.local)
                     } else {
                         Arc::clone(self.state.engine.store())
@@ -233,7 +224,7 @@ impl RlqsStream {
                     let b = Bucket::new(ordered, rule.label.clone(), source, self.id, now);
                     (Tracked::Limited(Box::new(b)), rule.label.clone())
                 }
-                _ => (free(ordered, now), rule.label.clone()),
+                None => (free(ordered, now), rule.label.clone()),
             },
             BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(entries, now), String::new()),
         };
@@ -256,18 +247,20 @@ impl RlqsStream {
         }
         let rules = self.state.engine.rules();
         let reloaded = !Arc::ptr_eq(&rules, &self.rules);
+        let shadow = self.state.runtime.load().shadow_mode;
         self.rules = rules;
         let instances = self.state.engine.store().live_instances();
         let idle = u64::try_from(ABANDON_AFTER.as_micros()).unwrap_or(u64::MAX);
         let mut gone = Vec::new();
         for (id, slot) in &mut self.slots {
-            let last_traffic = match &slot.tracked {
-                Tracked::Limited(b) => b.last_traffic,
-                Tracked::Free(f) => f.last_traffic,
-            };
+            let last_traffic = reported(&slot.tracked).last_traffic;
             let stale = reloaded && {
                 let domain = self.domain.as_deref().unwrap_or_default();
-                !same_limit(&slot.tracked, self.rules.match_bucket_id(domain, id))
+                !same_limit(
+                    &slot.tracked,
+                    self.rules.match_bucket_id(domain, id),
+                    shadow,
+                )
             };
             if stale || now.saturating_sub(last_traffic) > idle {
                 gone.push(id.clone());
@@ -296,42 +289,21 @@ impl RlqsStream {
             }
         }
         for id in gone {
-            if let Some(mut slot) = self.slots.remove(&id) {
+            if let Some(slot) = self.slots.remove(&id) {
                 actions.push(wire::abandon(entries_of(&slot.tracked)));
                 self.state.metrics.rlqs.sent(None);
-                if let Tracked::Limited(b) = &mut slot.tracked {
-                    let back = b.abandon(now);
-                    give_back(b, back).await;
-                    b.withdraw().await;
-                }
-                self.untrack(&slot);
+                retire(&self.state.metrics.rlqs, slot, |b| b.abandon(now)).await;
             }
         }
         actions
     }
 
-    /// The stream ended: unassigned tokens go back to the store.
+    /// The stream ended: unassigned tokens go back to the store (what Envoy may still admit
+    /// until its assignments expire stays spent).
     async fn finish(&mut self) {
-        for (_, mut slot) in self.slots.drain() {
-            if let Tracked::Limited(b) = &mut slot.tracked {
-                let back = b.take_pool();
-                give_back(b, back).await;
-                b.withdraw().await;
-            }
-            let m = &self.state.metrics.rlqs;
-            if slot.gauged != 0.0 {
-                m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
-            }
-            m.bucket(&slot.rule, -1);
+        for (_, slot) in std::mem::take(&mut self.slots) {
+            retire(&self.state.metrics.rlqs, slot, Bucket::take_pool).await;
         }
-    }
-
-    fn untrack(&self, slot: &Slot) {
-        let m = &self.state.metrics.rlqs;
-        if slot.gauged != 0.0 {
-            m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
-        }
-        m.bucket(&slot.rule, -1);
     }
 
     fn view(&self, peer: &str) -> StreamView {
@@ -345,8 +317,8 @@ impl RlqsStream {
                     strategy: b.strategy(),
                     tokens_per_second: b.assigned_rate(),
                     demand: b.demand(),
-                    allowed: b.allowed,
-                    denied: b.denied,
+                    allowed: b.reported.allowed,
+                    denied: b.reported.denied,
                     unpaid: b.unpaid,
                 },
                 Tracked::Free(f) => BucketView {
@@ -355,8 +327,8 @@ impl RlqsStream {
                     strategy: f.sent_at.map(|_| Strategy::AllowAll),
                     tokens_per_second: 0.0,
                     demand: None,
-                    allowed: f.allowed,
-                    denied: f.denied,
+                    allowed: f.reported.allowed,
+                    denied: f.reported.denied,
                     unpaid: false,
                 },
             })
@@ -387,10 +359,15 @@ fn free(entries: Vec<Entry>, now: u64) -> Tracked {
     Tracked::Free(Free {
         entries,
         sent_at: None,
-        last_traffic: now,
-        allowed: 0,
-        denied: 0,
+        reported: Reported::new(now),
     })
+}
+
+fn reported(t: &Tracked) -> &Reported {
+    match t {
+        Tracked::Limited(b) => &b.reported,
+        Tracked::Free(f) => &f.reported,
+    }
 }
 
 fn entries_of(t: &Tracked) -> &[Entry] {
@@ -407,28 +384,47 @@ fn pairs(entries: &[Entry]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether a bucket still maps to the limit (store key) it was paid under.
-fn same_limit(tracked: &Tracked, now: BucketMatch<'_>) -> bool {
+/// The limit a rule puts on RLQS buckets: none when it is unlimited or in shadow mode (its own,
+/// or global `shadow`), since RLQS cannot decide and still answer OK.
+fn enforced(rule: &Rule, shadow: bool) -> Option<(Rate, Mode, Fallback)> {
+    match rule.limit {
+        Limit::Limited {
+            rate,
+            mode,
+            fallback,
+            ..
+        } if !rule.shadow_mode && !shadow => Some((rate, mode, fallback)),
+        _ => None,
+    }
+}
+
+/// Whether a bucket still maps to the limit (store key) it was paid under, or still to none.
+fn same_limit(tracked: &Tracked, now: BucketMatch<'_>, shadow: bool) -> bool {
     match (tracked, now) {
         (Tracked::Limited(b), BucketMatch::Rule(rule, ordered)) => {
-            matches!(rule.limit, Limit::Limited { .. })
-                && !rule.shadow_mode
-                && b.key() == store_key(rule.fingerprint, &ordered)
+            enforced(rule, shadow).is_some() && b.key() == store_key(rule.fingerprint, &ordered)
         }
-        (Tracked::Free(_), BucketMatch::Rule(rule, _)) => {
-            !matches!(rule.limit, Limit::Limited { .. }) || rule.shadow_mode
-        }
+        (Tracked::Free(_), BucketMatch::Rule(rule, _)) => enforced(rule, shadow).is_none(),
         (Tracked::Free(_), _) => true,
         (Tracked::Limited(_), _) => false,
     }
 }
 
-async fn give_back(b: &Bucket, tokens: u64) {
-    if tokens == 0 {
-        return;
+/// Stops tracking a slot: the tokens `back` says the store may take again are returned, the
+/// stream's demand is withdrawn, and the slot leaves the metrics.
+async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Bucket) -> u64) {
+    if let Tracked::Limited(b) = &mut slot.tracked {
+        let tokens = back(b);
+        let s = b.source();
+        if tokens > 0
+            && let Err(e) = s.store.release(&s.key, s.rate, tokens).await
+        {
+            tracing::debug!(key = %s.key, error = %e, "RLQS tokens not returned");
+        }
+        b.withdraw().await;
     }
-    let s = b.source();
-    if let Err(e) = s.store.release(&s.key, s.rate, tokens).await {
-        tracing::debug!(key = %s.key, error = %e, "RLQS tokens not returned");
+    if slot.gauged != 0.0 {
+        m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
     }
+    m.bucket(&slot.rule, -1);
 }

@@ -14,31 +14,18 @@ use sluice_proto::envoy::types::RateLimitStrategy;
 use sluice_proto::envoy::types::rate_limit_strategy::{BlanketRule, Strategy as WireStrategy};
 use tonic::Status;
 
-use crate::validate::{MAX_ENTRIES, MAX_ENTRY_BYTES};
-
 /// A bucket id's entries sorted by key (one spelling per bucket, whatever order Envoy used),
-/// checked like descriptor entries: bounded in number and key length, keys distinct.
+/// checked like descriptor entries (`validate::check_entries`): bounded in number and key length.
 pub fn entries(id: Option<&BucketId>) -> Result<Vec<Entry>, Status> {
     let Some(id) = id.filter(|id| !id.bucket.is_empty()) else {
         return Err(Status::invalid_argument("a usage report has no bucket_id"));
     };
-    if id.bucket.len() > MAX_ENTRIES {
-        return Err(Status::invalid_argument(format!(
-            "bucket_id has {} entries; the limit is {MAX_ENTRIES}",
-            id.bucket.len()
-        )));
-    }
     let mut entries: Vec<Entry> = id
         .bucket
         .iter()
         .map(|(k, v)| Entry::new(k.as_str(), v.as_str()))
         .collect();
-    if let Some(long) = entries.iter().find(|e| e.key.len() > MAX_ENTRY_BYTES) {
-        return Err(Status::invalid_argument(format!(
-            "bucket_id key is {} bytes; the limit is {MAX_ENTRY_BYTES}",
-            long.key.len()
-        )));
-    }
+    crate::validate::check_entries(&"bucket_id", &entries)?;
     entries.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(entries)
 }
