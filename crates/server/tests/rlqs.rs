@@ -298,3 +298,35 @@ async fn a_stream_holds_a_bounded_number_of_buckets() {
             .join("\n")
     );
 }
+
+#[tokio::test]
+async fn a_vanished_envoy_leaves_no_stream_behind() {
+    let server = TestServer::start(YAML).await;
+    let mut s = open(&server).await;
+    s.send("api", vec![usage(bucket(&[("tenant", "gone")]), 0, 0, 1)])
+        .await;
+    s.next().await;
+    assert_eq!(
+        sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "").len(),
+        1
+    );
+    // The client goes away without closing its stream.
+    drop(s);
+    let start = std::time::Instant::now();
+    loop {
+        let (_, body) = server.admin_get("/metrics").await;
+        let listed = sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "");
+        if body.contains("sluice_rlqs_streams 0") && listed.is_empty() {
+            assert!(
+                body.contains("sluice_rlqs_buckets{rule=\"api:tenant\"} 0"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stream outlived its client: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
