@@ -6,8 +6,10 @@
 //! *last* entry lands; a level with no `rate_limit` exempts the request. A descriptor longer than
 //! the tree matches nothing.
 
+use std::borrow::Cow;
 use std::collections::HashMap as StdHashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::Unit;
 use crate::bucket::Rate;
@@ -15,6 +17,7 @@ use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
 use crate::config::{ChargeMode, ConfigError, Fallback, LimitOverrides, Mode};
 use crate::descriptor::Entry;
 use crate::hash::{fnv1a, fnv1a_of};
+use serde_saphyr::Spanned;
 
 mod bucket_id;
 pub use bucket_id::BucketMatch;
@@ -94,6 +97,12 @@ pub struct Rule {
     pub limit: Limit,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
+    /// A quota: its denial makes the request OVER_LIMIT only if every quota of the request
+    /// denies it (`quota_mode` on the descriptor, or at the top level).
+    pub quota_mode: bool,
+    /// `metadata` of its descriptor: returned in the RLS response's `dynamic_metadata` when the
+    /// request passes this rule (a JSON object).
+    pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
     /// A stable identity of (domain, path, limit): buckets of an unchanged rule survive reloads.
@@ -131,6 +140,9 @@ pub struct RuleSet {
 struct Node {
     rule: Option<RuleId>,
     children: HashMap<String, KeyLevel>,
+    /// `share_threshold`: the wildcard value that reaches this node, which stands for every
+    /// value it matches in bucket keys (one bucket for all of them).
+    shared: Option<Box<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -200,11 +212,14 @@ impl RuleSet {
         domain: &str,
         parent_path: &str,
         parent: usize,
-        descriptors: &[DescriptorConfig],
+        descriptors: &[Spanned<DescriptorConfig>],
     ) -> Result<(), ConfigError> {
-        for d in descriptors {
-            let key = d.key.value.as_str();
-            let line = d.key.referenced.line();
+        for spanned in descriptors {
+            let d = &spanned.value;
+            let (key, line) = match &d.key {
+                Some(k) => (k.value.as_str(), k.referenced.line()),
+                None => ("", spanned.referenced.line()),
+            };
             if key.is_empty() {
                 return Err(ConfigError::at(file, line, "descriptor has empty key"));
             }
@@ -239,10 +254,38 @@ impl RuleSet {
                     format!("duplicate descriptor composite key '{domain}: {path}'"),
                 ));
             }
+            if d.share_threshold {
+                match value {
+                    Some(v) if v.contains('*') => self.nodes[node].shared = Some(v.into()),
+                    _ => {
+                        return Err(ConfigError::at(
+                            file,
+                            line,
+                            format!(
+                                "share_threshold can only be used with wildcard values \
+                                 (containing '*'), but '{domain}: {path}' has none"
+                            ),
+                        ));
+                    }
+                }
+            }
+            let metadata = match &d.metadata {
+                None => None,
+                Some(serde_json::Value::Object(map)) => Some(Arc::new(map.clone())),
+                Some(_) => {
+                    return Err(ConfigError::at(
+                        file,
+                        line,
+                        "error parsing metadata: metadata must be a mapping of names to values",
+                    ));
+                }
+            };
             if let Some(rl) = &d.rate_limit {
                 let id = RuleId::try_from(self.rules.len())
                     .map_err(|_| ConfigError::at(file, line, "too many rules"))?;
-                let rule = compile_rule(file, line, domain, &path, d.shadow_mode, rl, id)?;
+                let mut rule = compile_rule(file, line, domain, &path, d.shadow_mode, rl, id)?;
+                rule.quota_mode = d.quota_mode;
+                rule.metadata = metadata;
                 self.rules.push(rule);
                 self.nodes[node].rule = Some(id);
             }
@@ -253,6 +296,33 @@ impl RuleSet {
 
     /// Finds the rule for `entries` in `domain`.
     pub fn match_descriptor(&self, domain: &str, entries: &[Entry]) -> Match<'_> {
+        self.walk(domain, entries, |_, _| {})
+    }
+
+    /// Finds the rule for `entries` in `domain`, with the entries its bucket is keyed by: the
+    /// same entries, except that a value matched by a `share_threshold` pattern is replaced by
+    /// the pattern (so every value it matches shares one bucket). Borrowed unless a pattern
+    /// shares: nothing is copied on the common path.
+    pub fn match_keyed<'e>(
+        &self,
+        domain: &str,
+        entries: &'e [Entry],
+    ) -> (Match<'_>, Cow<'e, [Entry]>) {
+        let mut keyed = Cow::Borrowed(entries);
+        let found = self.walk(domain, entries, |i, pattern| {
+            keyed.to_mut()[i].value = pattern.to_string();
+        });
+        (found, keyed)
+    }
+
+    /// Walks the tree along `entries`, calling `shared(index, pattern)` for each entry matched
+    /// by a `share_threshold` pattern.
+    fn walk(
+        &self,
+        domain: &str,
+        entries: &[Entry],
+        mut shared: impl FnMut(usize, &str),
+    ) -> Match<'_> {
         let Some(&root) = self.domains.get(domain) else {
             return Match::UnknownDomain;
         };
@@ -266,6 +336,9 @@ impl RuleSet {
                 break;
             };
             node = &self.nodes[next];
+            if let Some(pattern) = &node.shared {
+                shared(i, pattern);
+            }
             if i == last {
                 return match node.rule {
                     Some(id) => Match::Rule(&self.rules[id as usize]),
@@ -282,6 +355,16 @@ impl RuleSet {
             limit_overrides: overrides,
             ..self
         }
+    }
+
+    /// The same rules, every one a quota when `all` (the top-level `quota_mode`).
+    pub fn with_quota_mode(mut self, all: bool) -> Self {
+        if all {
+            for rule in &mut self.rules {
+                rule.quota_mode = true;
+            }
+        }
+        self
     }
 
     /// Whether a caller-supplied limit applies to `entries` in `domain` (a known domain).
@@ -422,6 +505,8 @@ fn compile_rule(
         explicit_name,
         limit,
         shadow_mode,
+        quota_mode: false,
+        metadata: None,
         replaces,
         fingerprint,
         file: file.to_path_buf(),

@@ -78,10 +78,7 @@ impl Debts {
             }
             let queued = || Queued {
                 bucket: Arc::clone(&charge.bucket),
-                store_key: key::store_key(
-                    charge.bucket.identity,
-                    &descriptors[charge.descriptor].entries,
-                ),
+                store_key: key::store_key(charge.bucket.identity, charge.entries(descriptors)),
                 max_debt,
             };
             let due = self.take_due(

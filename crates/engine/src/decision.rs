@@ -76,6 +76,9 @@ pub struct LimitInfo {
     pub fallback: Fallback,
     /// Whether the rule is in shadow mode.
     pub shadow: bool,
+    /// Whether the rule is a quota (`quota_mode`): its denial blocks the request only when every
+    /// quota of the request denies it.
+    pub quota: bool,
     /// When hits are paid (post-paid: reports go into bounded debt).
     pub payment: Payment,
 }
@@ -129,12 +132,16 @@ pub struct DescriptorOutcome {
     pub shadow_over_limit: bool,
     /// Decided by the rule's fallback because the global store was unavailable.
     pub fallback: bool,
+    /// The descriptor matched an `unlimited` rule (RLS answers it with the most remaining a
+    /// status can carry, as envoyproxy/ratelimit does; no limit applies either way).
+    pub unlimited: bool,
 }
 
 impl DescriptorOutcome {
     /// The outcome of a descriptor no limit applies to.
     pub(crate) fn unlimited() -> Self {
         Self {
+            unlimited: false,
             code: Code::Ok,
             limit: None,
             remaining: 0,

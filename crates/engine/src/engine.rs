@@ -102,10 +102,12 @@ impl Engine {
             };
         }
         let mut evicted = Vec::new();
-        let mut plan = Plan::build(&rules, req, |identity, d, info| {
-            self.table
-                .slot(identity, &d.entries, info, now, &mut evicted)
+        let mut plan = Plan::build(&rules, req, |identity, entries, info| {
+            self.table.slot(identity, entries, info, now, &mut evicted)
         });
+        for &d in &plan.unlimited {
+            outcomes[d].unlimited = true;
+        }
         self.leaser.return_later(evicted);
         let mut may_retry = true;
         // The whole decision waits for the store at most its timeout, leasing again included.
@@ -185,6 +187,7 @@ impl Engine {
                 denial: v.denial,
                 shadow_over_limit: shadow && v.denial.is_some(),
                 fallback: v.fallback,
+                unlimited: false,
             };
         }
         for (charge, v) in plan.charges.iter().zip(&verdicts) {
@@ -194,7 +197,7 @@ impl Engine {
             if v.refill_ahead {
                 self.leaser.refill_ahead(
                     Arc::clone(&charge.bucket),
-                    &req.descriptors[charge.descriptor],
+                    charge.entries(req.descriptors),
                     now,
                 );
             }

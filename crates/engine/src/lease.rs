@@ -127,8 +127,7 @@ impl Leaser {
             if self.covered(&bucket, charge.info.mode, charge.hits, now) {
                 continue;
             }
-            let store_key =
-                key::store_key(bucket.identity, &descriptors[charge.descriptor].entries);
+            let store_key = key::store_key(bucket.identity, charge.entries(descriptors));
             let call = async {
                 if charge.hits == 0 {
                     self.peek(&bucket, &store_key, now).await
@@ -266,7 +265,7 @@ impl Leaser {
     pub(crate) fn refill_ahead(
         self: &Arc<Self>,
         bucket: Arc<LeaseBucket>,
-        descriptor: &Descriptor,
+        entries: &[sluice_core::Entry],
         now: u64,
     ) {
         if self.store.degraded() || self.stopping.is_cancelled() {
@@ -279,7 +278,7 @@ impl Leaser {
             return;
         };
         // Made only once a refill will really run (the key's store call is not already in flight).
-        let store_key = key::store_key(bucket.identity, &descriptor.entries);
+        let store_key = key::store_key(bucket.identity, entries);
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
             async move {

@@ -9,6 +9,9 @@
 //! - **Conservation**: a bucket spends only tokens it holds (its lease, or its local bucket), so a
 //!   key never admits more than its global bucket granted: `B + L·t` over any interval `t`.
 //! - **All or nothing**: nothing is spent unless every enforcing bucket of the request can pay.
+//!   Quotas (`quota_mode`) are the one exception, by their definition: a quota that cannot pay
+//!   blocks the request only when every quota of the request cannot; otherwise the request
+//!   passes and the quotas that can pay are charged (the empty ones are not: they hold nothing).
 //! - **No lockout**: a cost above the burst can never be paid, so it is denied as such
 //!   ([`Denial::CostAboveBurst`]) without touching the bucket or asking the store; any cost up to
 //!   the burst passes once the bucket has refilled.
@@ -46,6 +49,8 @@ pub struct Terms {
     pub hits: u64,
     /// Whether anything checks this bucket (`false`: it is only reported to).
     pub checked: bool,
+    /// A quota (`quota_mode`): its denial blocks the request only if every quota's does.
+    pub quota: bool,
     /// Post-paid usage reported on this bucket: charged in full whatever else happens.
     pub reported: u64,
     /// Post-paid rules: the most debt the bucket may carry.
@@ -253,7 +258,15 @@ pub fn settle(
         .zip(states.iter())
         .map(|(t, s)| t.pays(s, now))
         .collect();
-    let blocking = |(t, p): (&Terms, &Result<(), Denial>)| p.is_err() && !t.shadow;
+    // Quotas block only together: when every enforcing quota of the request is denied.
+    let mut quotas = terms
+        .iter()
+        .zip(&paid)
+        .filter(|(t, _)| t.quota && !t.shadow);
+    let quotas_block = quotas.clone().next().is_some() && quotas.all(|(_, p)| p.is_err());
+    let blocking = |(t, p): (&Terms, &Result<(), Denial>)| {
+        p.is_err() && !t.shadow && (!t.quota || quotas_block)
+    };
     let allowed = !terms.iter().zip(&paid).any(blocking);
     if !allowed && may_retry {
         // Leasing again helps only if every blocking bucket is a leased one that merely came up

@@ -1,13 +1,14 @@
 //! A request's plan: descriptor → rule → bucket, each distinct bucket once with the hits of every
 //! descriptor that lands on it summed (saturating, so no sum of costs ever wraps to free).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{Limit, Match, Payment};
-use sluice_core::{Descriptor, RuleSet};
+use sluice_core::{Descriptor, Entry, RuleSet};
 use smallvec::SmallVec;
 
 use crate::bucket::LeaseBucket;
@@ -42,11 +43,22 @@ pub(crate) struct Charge {
     pub(crate) reported: u64,
     /// A descriptor on this bucket, whose entries make the store key.
     pub(crate) descriptor: usize,
+    /// The entries the bucket is keyed by when they differ from the descriptor's
+    /// (`share_threshold` patterns standing for values); `None`: the descriptor's own.
+    pub(crate) key: Option<Box<[Entry]>>,
     /// The store's state for this bucket, updated by the lease calls.
     pub(crate) store: StoreStatus,
 }
 
 impl Charge {
+    /// The entries this bucket is keyed by (in the table and the store).
+    pub(crate) fn entries<'a>(&'a self, descriptors: &'a [Descriptor]) -> &'a [Entry] {
+        match &self.key {
+            Some(key) => key,
+            None => &descriptors[self.descriptor].entries,
+        }
+    }
+
     /// The ledger's view of this charge (with `instances` sharing the limit if the store is down).
     pub(crate) fn terms(&self, instances: u64) -> Terms {
         let store = match self.store {
@@ -59,6 +71,7 @@ impl Charge {
         Terms {
             hits: self.hits,
             checked: self.checked,
+            quota: self.info.quota,
             reported: self.reported,
             max_debt: self.info.payment.max_debt(),
             mode: self.info.mode,
@@ -77,16 +90,31 @@ pub(crate) struct Plan {
     pub(crate) charges: SmallVec<[Charge; 4]>,
     /// For each request descriptor, the charge it pays into (`None`: no limit applies).
     pub(crate) by_descriptor: SmallVec<[Option<usize>; 4]>,
+    /// Descriptors that matched an `unlimited` rule (answered with no limit, and the most
+    /// remaining a status can say).
+    pub(crate) unlimited: SmallVec<[usize; 2]>,
 }
 
 /// What matching found for one descriptor.
-struct Matched<'r> {
+enum Found<'r, 'd> {
+    /// No rule applies.
+    Nothing,
+    /// An `unlimited` rule.
+    Unlimited,
+    /// A limit.
+    Limit(Matched<'r, 'd>),
+}
+
+/// A limit matched by one descriptor.
+struct Matched<'r, 'd> {
     info: LimitInfo,
     identity: u64,
     /// The rule's `name`, which other rules may replace.
     name: Option<&'r str>,
     /// The names this rule replaces.
     replaces: &'r [String],
+    /// The entries its bucket is keyed by.
+    key: Cow<'d, [Entry]>,
 }
 
 impl Plan {
@@ -95,7 +123,7 @@ impl Plan {
     pub(crate) fn build(
         rules: &RuleSet,
         req: &RateLimitRequest<'_>,
-        mut slot: impl FnMut(u64, &Descriptor, &LimitInfo) -> Slot,
+        mut slot: impl FnMut(u64, &[Entry], &LimitInfo) -> Slot,
     ) -> Self {
         let default_hits = if req.hits_addend == 0 {
             1
@@ -103,11 +131,20 @@ impl Plan {
             req.hits_addend
         };
         let mut replaced: Option<HashSet<&str>> = None;
-        let matched: SmallVec<[Option<Matched<'_>>; 4]> = req
+        let mut plan = Plan::default();
+        let matched: SmallVec<[Option<Matched<'_, '_>>; 4]> = req
             .descriptors
             .iter()
-            .map(|d| {
-                let m = matched(rules, req.domain, d)?;
+            .enumerate()
+            .map(|(index, d)| {
+                let m = match matched(rules, req.domain, d) {
+                    Found::Limit(m) => m,
+                    Found::Unlimited => {
+                        plan.unlimited.push(index);
+                        return None;
+                    }
+                    Found::Nothing => return None,
+                };
                 if !m.replaces.is_empty() {
                     replaced
                         .get_or_insert_with(HashSet::new)
@@ -116,7 +153,6 @@ impl Plan {
                 Some(m)
             })
             .collect();
-        let mut plan = Plan::default();
         for (index, (d, m)) in req.descriptors.iter().zip(matched).enumerate() {
             let m = m.filter(|m| {
                 let r = replaced.as_ref();
@@ -140,8 +176,7 @@ impl Plan {
             // The same key twice in one request is one bucket (found by key, not by bucket:
             // an untracked bucket made for a key with no room is made once per request too).
             let seen = plan.charges.iter().position(|c| {
-                c.bucket.identity == m.identity
-                    && req.descriptors[c.descriptor].entries == d.entries
+                c.bucket.identity == m.identity && c.entries(req.descriptors) == &*m.key
             });
             let at = match seen {
                 Some(at) => {
@@ -152,7 +187,7 @@ impl Plan {
                     at
                 }
                 None => {
-                    let (bucket, store) = match slot(m.identity, d, &m.info) {
+                    let (bucket, store) = match slot(m.identity, &m.key, &m.info) {
                         Slot::Tracked(b) => (b, StoreStatus::Up),
                         Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
                     };
@@ -163,6 +198,10 @@ impl Plan {
                         checked: hits.is_some(),
                         reported,
                         descriptor: index,
+                        key: match m.key {
+                            Cow::Borrowed(_) => None,
+                            Cow::Owned(key) => Some(key.into()),
+                        },
                         store,
                     });
                     plan.charges.len() - 1
@@ -200,29 +239,31 @@ impl Plan {
     }
 }
 
-/// The limit of descriptor `d` in `domain` and the identity of its bucket (`None`: no limit
-/// applies).
-fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Matched<'r>> {
+/// The limit of descriptor `d` in `domain`, the identity of its bucket and the entries it is
+/// keyed by.
+fn matched<'r, 'd>(rules: &'r RuleSet, domain: &str, d: &'d Descriptor) -> Found<'r, 'd> {
     if let Some(o) = d.limit_override
         && rules.honours_override(domain, &d.entries)
     {
         let rate = Rate::per_unit(o.requests_per_unit, o.unit);
-        return Some(Matched {
+        return Found::Limit(Matched {
             info: LimitInfo {
                 rate,
                 rule: None,
                 mode: Mode::Strict,
                 fallback: Fallback::LocalShare,
                 shadow: false,
+                quota: false,
                 payment: Payment::Prepaid,
             },
             identity: override_identity(domain, &rate),
             name: None,
             replaces: &[],
+            key: Cow::Borrowed(&d.entries),
         });
     }
-    let Match::Rule(rule) = rules.match_descriptor(domain, &d.entries) else {
-        return None;
+    let (Match::Rule(rule), key) = rules.match_keyed(domain, &d.entries) else {
+        return Found::Nothing;
     };
     let Limit::Limited {
         rate,
@@ -231,20 +272,22 @@ fn matched<'r>(rules: &'r RuleSet, domain: &str, d: &Descriptor) -> Option<Match
         payment,
     } = rule.limit
     else {
-        return None;
+        return Found::Unlimited;
     };
-    Some(Matched {
+    Found::Limit(Matched {
         info: LimitInfo {
             rate,
             rule: Some(rule.id),
             mode,
             fallback,
             shadow: rule.shadow_mode,
+            quota: rule.quota_mode,
             payment,
         },
         identity: rule.fingerprint,
         name: rule.explicit_name.as_deref(),
         replaces: &rule.replaces,
+        key,
     })
 }
 

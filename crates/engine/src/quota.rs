@@ -81,7 +81,8 @@ pub(crate) async fn view(
         tracked: false,
         degraded: leaser.store.degraded(),
     };
-    let rule = match rules.match_descriptor(domain, entries) {
+    let (found, entries) = rules.match_keyed(domain, entries);
+    let rule = match found {
         Match::UnknownDomain => {
             view.unknown_domain = true;
             return view;
@@ -93,7 +94,7 @@ pub(crate) async fn view(
     let Limit::Limited { rate, mode, .. } = rule.limit else {
         return view;
     };
-    if let Some(b) = table.get(rule.fingerprint, entries) {
+    if let Some(b) = table.get(rule.fingerprint, &entries) {
         view.tracked = true;
         let state = b.lock();
         view.local_lease = state.lease;
@@ -109,7 +110,7 @@ pub(crate) async fn view(
         view.until_full = until_full(&rate, tokens);
         return view;
     }
-    let store_key = key::store_key(rule.fingerprint, entries);
+    let store_key = key::store_key(rule.fingerprint, &entries);
     match leaser.peek_for_operator(&store_key, rate).await {
         Ok(tokens) => {
             view.global_remaining = Some(tokens);
@@ -129,7 +130,7 @@ pub(crate) async fn reset(
     domain: &str,
     entries: &[Entry],
 ) -> Result<Option<String>, StoreError> {
-    let Match::Rule(rule) = rules.match_descriptor(domain, entries) else {
+    let (Match::Rule(rule), entries) = rules.match_keyed(domain, entries) else {
         return Ok(None);
     };
     let Limit::Limited { mode, .. } = rule.limit else {
@@ -137,10 +138,10 @@ pub(crate) async fn reset(
     };
     if mode != Mode::Local {
         store
-            .reset(&key::store_key(rule.fingerprint, entries))
+            .reset(&key::store_key(rule.fingerprint, &entries))
             .await?;
     }
-    table.remove(rule.fingerprint, entries);
+    table.remove(rule.fingerprint, &entries);
     Ok(Some(rule.label.clone()))
 }
 

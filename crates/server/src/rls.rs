@@ -14,6 +14,8 @@ use crate::metrics::Api;
 use crate::state::AppState;
 use crate::validate;
 
+pub mod metadata;
+
 /// The rate limit service.
 #[derive(Debug, Clone)]
 pub struct Rls {
@@ -53,10 +55,18 @@ impl RateLimitService for Rls {
                 hits_addend: u64::from(req.hits_addend),
             })
             .await;
-        let shadow = self.state.runtime.load().shadow_mode;
-        crate::shadow::apply(&mut decision, shadow, &self.state.shadow_log, &req.domain);
+        let runtime = self.state.runtime.load();
+        crate::shadow::apply(
+            &mut decision,
+            runtime.shadow_mode,
+            &self.state.shadow_log,
+            &req.domain,
+        );
         self.state.metrics.record(Api::Rls, &decision);
-        let response = to_response(&decision);
+        let mut response = to_response(&decision);
+        if runtime.response.rls_dynamic_metadata {
+            response.dynamic_metadata = Some(metadata::dynamic_metadata(&req, &decision));
+        }
         self.state
             .metrics
             .observe_latency(Api::Rls, started.elapsed().as_secs_f64());
@@ -88,6 +98,9 @@ fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
     let Some(limit) = o.limit else {
         return DescriptorStatus {
             code: code(o.code),
+            // An `unlimited` rule says so with the most a status can carry, as
+            // envoyproxy/ratelimit does; a descriptor no rule matches says 0.
+            limit_remaining: if o.unlimited { u32::MAX } else { 0 },
             ..DescriptorStatus::default()
         };
     };

@@ -159,7 +159,9 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
             Some(redis)
         }
     };
-    let rules = RuleSet::compile(&domains)?.with_limit_overrides(file.limit_overrides);
+    let rules = RuleSet::compile(&domains)?
+        .with_limit_overrides(file.limit_overrides)
+        .with_quota_mode(file.quota_mode);
     let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
     let authz = file
         .authz
@@ -368,16 +370,37 @@ impl<'s> Reader<'s> {
     }
 
     fn read_any(&mut self, path: &Path) -> Result<AnyFile, ConfigError> {
+        /// Which top-level keys a file has (whatever their values, `null` included).
         #[derive(Deserialize)]
         struct Probe {
-            domain: Option<IgnoredAny>,
+            #[serde(default, deserialize_with = "present")]
+            domain: bool,
+            #[serde(default, deserialize_with = "present")]
+            descriptors: bool,
+        }
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+            IgnoredAny::deserialize(d).map(|_| true)
         }
         let text = self.read(path)?;
         if text.trim().is_empty() {
             return Err(ConfigError::at(path, 0, "file is empty"));
         }
         let probe: Probe = parse_yaml(path, &text)?;
-        Ok(if probe.domain.is_some() {
+        if probe.descriptors && !probe.domain {
+            // A domain file without its domain, not a sluice file with a stray field: its own
+            // errors first (a misspelled `domain`, say), then the missing domain.
+            if let Err(e) = parse_yaml::<DomainFile>(path, &text)
+                && !e.message.contains("`domain`")
+            {
+                return Err(e);
+            }
+            return Err(ConfigError::at(
+                path,
+                0,
+                "config file cannot have empty domain (a domain file needs a top-level `domain:`)",
+            ));
+        }
+        Ok(if probe.domain {
             AnyFile::Domain(parse_yaml(path, &text)?)
         } else {
             AnyFile::Sluice(Box::new(parse_yaml(path, &text)?))

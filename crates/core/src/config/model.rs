@@ -37,6 +37,10 @@ pub struct ConfigFile {
     /// Dry run for every rule: decide and count, but always answer OK.
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Every rule is a quota (`quota_mode` on every descriptor): a request is OVER_LIMIT only
+    /// if all its limits deny it (envoyproxy/ratelimit's `QUOTA_MODE`).
+    #[serde(default)]
+    pub quota_mode: bool,
     /// Which of Envoy's per-descriptor `limit` overrides apply.
     #[serde(default)]
     pub limit_overrides: LimitOverrides,
@@ -140,28 +144,41 @@ fn default_heartbeat_interval() -> HumanDuration {
 pub struct DomainFile {
     /// The domain name Envoy sends.
     pub domain: Spanned<String>,
-    /// The descriptor tree.
-    #[serde(default)]
-    pub descriptors: Vec<DescriptorConfig>,
+    /// The descriptor tree (`descriptors:` with nothing after it is an empty tree).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub descriptors: Vec<Spanned<DescriptorConfig>>,
 }
 
 /// One level of a descriptor tree.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DescriptorConfig {
-    /// The entry key to match.
-    pub key: Spanned<String>,
+    /// The entry key to match (missing or empty: rejected, "descriptor has empty key").
+    #[serde(default)]
+    pub key: Option<Spanned<String>>,
     /// The value to match: exact, or a pattern with `*` wildcards; absent matches any value.
     #[serde(default)]
     pub value: Option<String>,
     /// The limit for a request whose descriptor ends here; absent exempts it.
     pub rate_limit: Option<RateLimitConfig>,
     /// Deeper levels.
-    #[serde(default)]
-    pub descriptors: Vec<DescriptorConfig>,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub descriptors: Vec<Spanned<DescriptorConfig>>,
     /// Decide and count, but always answer OK.
     #[serde(default)]
     pub shadow_mode: bool,
+    /// A quota: its denial makes the request OVER_LIMIT only if every quota-mode descriptor of
+    /// the request is denied (its own status still says OVER_LIMIT).
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// On a wildcard `value`: every value the pattern matches shares one bucket (the pattern
+    /// stands for the value in the bucket's key), instead of a bucket per value.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form data returned in the RLS response's `dynamic_metadata` (with
+    /// `response.rls_dynamic_metadata: true`) when a request passes this descriptor's limit.
+    #[serde(default)]
+    pub metadata: Option<serde_json::Value>,
     /// Accepted for compatibility; sluice never labels metrics with raw values.
     #[serde(default)]
     pub detailed_metric: bool,
@@ -185,7 +202,7 @@ pub struct RateLimitConfig {
     /// The rule's name: shown in responses, metrics and `replaces`.
     pub name: Option<String>,
     /// Names of rules this one replaces when both match one request.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub replaces: Vec<ReplacesConfig>,
     /// sluice: bucket size; defaults to `requests_per_unit`.
     pub burst: Option<u32>,
@@ -205,9 +222,19 @@ pub struct RateLimitConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplacesConfig {
-    /// The replaced rule's name.
-    #[serde(default)]
+    /// The replaced rule's name (`name:` with nothing after it is empty, and rejected).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub name: String,
+}
+
+/// A YAML `null` (a key with nothing after it) as the empty value, as envoyproxy/ratelimit's
+/// YAML reader takes it.
+fn null_as_empty<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// Which caller-supplied limits (Envoy's per-descriptor `limit`) sluice honours.
@@ -405,6 +432,10 @@ pub struct ResponseSettings {
     pub ratelimit_headers: bool,
     /// Also add the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
     pub legacy_x_ratelimit_headers: bool,
+    /// Fill the RLS response's `dynamic_metadata` as envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA` does: the domain, the descriptors, and the merged `metadata`
+    /// of every descriptor that passed.
+    pub rls_dynamic_metadata: bool,
 }
 
 impl Default for ResponseSettings {
@@ -412,6 +443,7 @@ impl Default for ResponseSettings {
         Self {
             ratelimit_headers: true,
             legacy_x_ratelimit_headers: false,
+            rls_dynamic_metadata: false,
         }
     }
 }

@@ -22,7 +22,8 @@ pub enum BucketMatch<'a> {
     UnknownDomain,
     /// No rule uses exactly these keys (or an exempting level does).
     NoRule,
-    /// This rule, with the id's entries in the rule's order (the descriptor RLS would send).
+    /// This rule, with the id's entries in the rule's order (the descriptor RLS would send), as
+    /// its bucket is keyed (a `share_threshold` pattern in place of the values it matches).
     Rule(&'a super::Rule, Vec<Entry>),
 }
 
@@ -41,8 +42,10 @@ impl RuleSet {
         let mut path = Vec::with_capacity(sorted.len());
         match self.search(root, &sorted, &mut used, &mut path) {
             Some(Match::Rule(rule)) => {
-                let ordered = path.iter().map(|&i| sorted[i].clone()).collect();
-                BucketMatch::Rule(rule, ordered)
+                let ordered: Vec<Entry> = path.iter().map(|&i| sorted[i].clone()).collect();
+                // Keyed as RLS keys the same descriptor (`share_threshold` patterns for values).
+                let keyed = self.match_keyed(domain, &ordered).1.into_owned();
+                BucketMatch::Rule(rule, keyed)
             }
             _ => BucketMatch::NoRule,
         }

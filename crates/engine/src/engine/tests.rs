@@ -776,3 +776,4 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
 }
 
 mod post_paid;
+mod schema;

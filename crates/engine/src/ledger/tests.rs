@@ -8,6 +8,7 @@ fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
     Terms {
         hits,
         checked: true,
+        quota: false,
         reported: 0,
         max_debt: None,
         mode,
