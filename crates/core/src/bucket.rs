@@ -7,13 +7,19 @@
 
 use crate::Unit;
 
+/// The longest period a limit may have: 100 years of 365 days, in seconds. Periods are exact
+/// integers of microseconds in `u64` and in `f64` (below 2^53) far beyond it.
+pub const MAX_PERIOD_SECS: u64 = 100 * 365 * 86_400;
+
 /// A limit in token-bucket form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
-    /// `L`: tokens added per unit.
+    /// `L`: tokens added per period.
     pub requests_per_unit: u64,
-    /// `T`: the unit.
+    /// The unit of the period.
     pub unit: Unit,
+    /// Units in the period (`unit_multiplier`: 10 minutes is `Minute` × 10); at least 1.
+    pub unit_multiplier: u32,
     /// `B`: the most tokens the bucket holds (and so the largest burst).
     pub burst: u64,
 }
@@ -24,14 +30,32 @@ impl Rate {
         Self {
             requests_per_unit,
             unit,
+            unit_multiplier: 1,
             burst: requests_per_unit,
         }
+    }
+
+    /// `T`: the period, in microseconds (`unit × unit_multiplier`; saturating, though config
+    /// bounds it by [`MAX_PERIOD_SECS`]).
+    pub const fn period_micros(&self) -> u64 {
+        self.unit
+            .micros()
+            .saturating_mul(if self.unit_multiplier == 0 {
+                1
+            } else {
+                self.unit_multiplier as u64
+            })
+    }
+
+    /// The period in whole seconds.
+    pub const fn period_secs(&self) -> u64 {
+        self.period_micros() / 1_000_000
     }
 
     /// Tokens after `tokens` has refilled for `elapsed_micros`, capped at the burst.
     pub fn refill(&self, tokens: f64, elapsed_micros: u64) -> f64 {
         let added =
-            elapsed_micros as f64 * self.requests_per_unit as f64 / self.unit.micros() as f64;
+            elapsed_micros as f64 * self.requests_per_unit as f64 / self.period_micros() as f64;
         (tokens + added).min(self.burst as f64)
     }
 
@@ -45,7 +69,7 @@ impl Rate {
             return None;
         }
         let missing = target - tokens;
-        let micros = missing * self.unit.micros() as f64 / self.requests_per_unit as f64;
+        let micros = missing * self.period_micros() as f64 / self.requests_per_unit as f64;
         Some(micros.ceil() as u64)
     }
 
@@ -174,6 +198,7 @@ mod tests {
         let rate = Rate {
             requests_per_unit: 60,
             unit: Unit::Minute,
+            unit_multiplier: 1,
             burst: 100,
         };
         let mut b = BucketState::full(&rate, 0);
@@ -220,7 +245,7 @@ mod tests {
             burst in 0u64..2_000,
             steps in proptest::collection::vec((0u64..300_000, 1u64..50), 1..200),
         ) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, burst };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst };
             let mut b = BucketState::full(&rate, 0);
             let (mut now, mut admitted) = (0u64, 0u64);
             for (dt, want) in steps {
@@ -245,7 +270,7 @@ mod tests {
                 1..100,
             ),
         ) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, burst };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst };
             let mut b = BucketState::full(&rate, 0);
             let mut now = 0u64;
             for (dt, n, report) in steps {
@@ -275,7 +300,7 @@ mod tests {
         /// Waiting exactly `micros_until` makes the tokens available.
         #[test]
         fn micros_until_is_enough(rpu in 1u64..10_000, tokens in 0.0f64..50.0, want in 1u64..50) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Minute, burst: 100 };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Minute, unit_multiplier: 1, burst: 100 };
             let wait = rate.micros_until(tokens, want as f64).expect("reachable");
             prop_assert!(rate.refill(tokens, wait) >= want as f64 - 1e-9);
         }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::Unit;
-use crate::bucket::Rate;
+use crate::bucket::{MAX_PERIOD_SECS, Rate};
 use crate::config::model::{DescriptorConfig, DomainFile, RateLimitConfig};
 use crate::config::{ChargeMode, ConfigError, Fallback, LimitOverrides, Mode};
 use crate::descriptor::Entry;
@@ -427,6 +427,7 @@ fn compile_rule(
             ));
         }
         if rl.burst.is_some()
+            || rl.unit_multiplier.is_some()
             || rl.mode.is_some()
             || rl.fallback.is_some()
             || rl.charge.is_some()
@@ -435,8 +436,8 @@ fn compile_rule(
         {
             return Err(err(
                 line,
-                "an unlimited rate_limit takes no requests_per_unit, burst, mode, fallback, \
-                 charge or max_debt"
+                "an unlimited rate_limit takes no requests_per_unit, unit_multiplier, burst, \
+                 mode, fallback, charge or max_debt"
                     .into(),
             ));
         }
@@ -450,6 +451,18 @@ fn compile_rule(
         };
         let rpu = u64::from(rl.requests_per_unit);
         let burst = rl.burst.map_or(rpu, u64::from);
+        let unit_multiplier = rl.unit_multiplier.unwrap_or(1);
+        if unit_multiplier == 0 {
+            return Err(err(line, "unit_multiplier must be at least 1".into()));
+        }
+        if unit.seconds().saturating_mul(u64::from(unit_multiplier)) > MAX_PERIOD_SECS {
+            return Err(err(
+                line,
+                format!(
+                    "a period of {unit_multiplier} {unit}s is longer than the longest, 100 years"
+                ),
+            ));
+        }
         let payment = match (rl.charge.unwrap_or_default(), rl.max_debt) {
             (ChargeMode::Prepaid, Some(_)) => {
                 return Err(err(
@@ -472,6 +485,7 @@ fn compile_rule(
             rate: Rate {
                 requests_per_unit: rpu,
                 unit,
+                unit_multiplier,
                 burst,
             },
             mode: rl.mode.unwrap_or_default(),
@@ -536,8 +550,14 @@ pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -
             fallback,
             payment: _,
         } => {
+            // A period of one unit writes nothing more: the identity of every rule written
+            // before `unit_multiplier` existed stays the same.
+            let multiplier = match rate.unit_multiplier {
+                0 | 1 => String::new(),
+                n => format!(", unit_multiplier: {n}"),
+            };
             let text = format!(
-                "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}, burst: {} }}, mode: {}, fallback: {} }}",
+                "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}{multiplier}, burst: {} }}, mode: {}, fallback: {} }}",
                 rate.requests_per_unit,
                 unit_identity(rate.unit),
                 rate.burst,

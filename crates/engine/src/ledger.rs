@@ -78,6 +78,7 @@ impl Terms {
                 let share = Rate {
                     requests_per_unit: (self.rate.requests_per_unit / n).max(1),
                     unit: self.rate.unit,
+                    unit_multiplier: self.rate.unit_multiplier,
                     burst: (self.rate.burst / n).max(1),
                 };
                 (Mode::Local, share)

@@ -45,7 +45,7 @@ pub fn bucket_call<'a>(
     let mut inv = script.prepare_invoke();
     inv.key(key)
         .arg(rate.requests_per_unit)
-        .arg(rate.unit.micros())
+        .arg(rate.period_micros())
         .arg(rate.burst)
         .arg(now_micros.map(|n| n.to_string()).unwrap_or_default());
     for a in args {

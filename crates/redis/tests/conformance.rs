@@ -61,6 +61,7 @@ fn cases() -> Vec<Case> {
             rate: Rate {
                 requests_per_unit: 7,
                 unit: Unit::Minute,
+                unit_multiplier: 1,
                 burst: 3,
             },
             ops: vec![
@@ -131,6 +132,7 @@ fn cases() -> Vec<Case> {
             rate: Rate {
                 requests_per_unit: 0,
                 unit: Unit::Day,
+                unit_multiplier: 1,
                 burst: 2,
             },
             ops: vec![
@@ -149,6 +151,7 @@ fn cases() -> Vec<Case> {
             rate: Rate {
                 requests_per_unit: 1_000_000,
                 unit: Unit::Year,
+                unit_multiplier: 1,
                 burst: 4_000_000_000,
             },
             ops: vec![
@@ -309,6 +312,7 @@ async fn expiry_follows_time_to_full(store: &RedisStore, url: &str) {
             Rate {
                 requests_per_unit: 0,
                 unit: Unit::Second,
+                unit_multiplier: 1,
                 burst: 5,
             },
             5,
@@ -320,6 +324,7 @@ async fn expiry_follows_time_to_full(store: &RedisStore, url: &str) {
             Rate {
                 requests_per_unit: 1,
                 unit: Unit::Day,
+                unit_multiplier: 1,
                 burst: u64::from(u32::MAX),
             },
             u64::from(u32::MAX),

@@ -49,6 +49,7 @@ fn case() -> impl Strategy<Value = Case> {
             Just(u64::from(u32::MAX))
         ],
         prop::sample::select(Unit::ALL.to_vec()),
+        prop_oneof![Just(1u32), 2u32..100, Just(u32::MAX)],
         prop_oneof![
             Just(0u64),
             1u64..10,
@@ -56,9 +57,14 @@ fn case() -> impl Strategy<Value = Case> {
             Just(u64::from(u32::MAX))
         ],
     )
-        .prop_map(|(requests_per_unit, unit, burst)| Rate {
+        .prop_map(|(requests_per_unit, unit, unit_multiplier, burst)| Rate {
             requests_per_unit,
             unit,
+            // Periods up to the longest a config accepts (100 years).
+            unit_multiplier: unit_multiplier.min(
+                u32::try_from(sluice_core::bucket::MAX_PERIOD_SECS / unit.seconds())
+                    .unwrap_or(u32::MAX),
+            ),
             burst,
         });
     let op = prop_oneof![

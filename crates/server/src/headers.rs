@@ -54,7 +54,7 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
             Some(PolicyView {
                 name: sf_string_content(label),
                 quota: limit.rate.requests_per_unit,
-                window_secs: limit.rate.unit.seconds(),
+                window_secs: limit.rate.period_secs(),
                 remaining: o.remaining,
                 reset_secs: ceil_secs(o.until_full),
                 denial,

@@ -124,6 +124,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     let r = rule_of(rule);
     out.requests_per_unit = r.requests_per_unit;
     out.unit = r.unit;
+    out.unit_multiplier = r.unit_multiplier;
     out.burst = r.burst;
     out.mode = if r.unlimited {
         "unlimited".into()
@@ -143,7 +144,8 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
     let until_full = seconds(s.until_full.as_ref());
     serde_json::json!({
         "matched": s.matched, "rule": s.rule, "reason": s.reason,
-        "requests_per_unit": s.requests_per_unit, "unit": s.unit, "burst": s.burst,
+        "requests_per_unit": s.requests_per_unit, "unit": s.unit,
+        "unit_multiplier": s.unit_multiplier.max(1), "burst": s.burst,
         "global_remaining": s.global_remaining, "local_lease": s.local_lease,
         "until_full_seconds": until_full, "mode": s.mode,
         "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
@@ -365,6 +367,7 @@ pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
         } => {
             out.requests_per_unit = rate.requests_per_unit;
             out.unit = rate.unit.to_string();
+            out.unit_multiplier = rate.unit_multiplier;
             out.burst = rate.burst;
             out.mode = mode.as_str().into();
             out.fallback = fallback.as_str().into();

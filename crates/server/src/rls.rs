@@ -111,15 +111,50 @@ fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
         .unwrap_or_default();
     DescriptorStatus {
         code: code(o.code),
-        current_limit: Some(rate_limit_response::RateLimit {
-            name,
-            requests_per_unit: u32::try_from(limit.rate.requests_per_unit).unwrap_or(u32::MAX),
-            unit: limit.rate.unit.envoy_code(),
-        }),
+        current_limit: Some(current_limit(name, &limit.rate)),
         limit_remaining: u32::try_from(o.remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(pb_duration(o.until_full)),
         ..DescriptorStatus::default()
     }
+}
+
+/// `current_limit` for a rate. Envoy's RLS `RateLimit` has no period multiplier (a field for it
+/// is only proposed), so a period of several units is given as the same rate in the first unit,
+/// from its own upward, where it is a whole number (100 per 10 minutes: 10 per minute; 7 per 90
+/// seconds: 280 per hour) and at most `u32::MAX`, else rounded down in the first unit where it
+/// is at least 1. The
+/// burst is not in this message either way; `RateLimit-Policy` and GetQuota carry the period.
+pub fn current_limit(
+    name: String,
+    rate: &sluice_core::bucket::Rate,
+) -> rate_limit_response::RateLimit {
+    let (requests, unit) = rate_in_envoy_units(rate);
+    rate_limit_response::RateLimit {
+        name,
+        requests_per_unit: u32::try_from(requests).unwrap_or(u32::MAX),
+        unit: unit.envoy_code(),
+    }
+}
+
+/// The rate of `rate` as requests per one Envoy unit (see [`current_limit`]).
+pub fn rate_in_envoy_units(rate: &sluice_core::bucket::Rate) -> (u64, sluice_core::Unit) {
+    if rate.unit_multiplier <= 1 {
+        return (rate.requests_per_unit, rate.unit);
+    }
+    let period = u128::from(rate.period_secs().max(1));
+    let per = |u: sluice_core::Unit| u128::from(rate.requests_per_unit) * u128::from(u.seconds());
+    let larger = || {
+        sluice_core::Unit::ALL
+            .into_iter()
+            .filter(|u| *u >= rate.unit)
+    };
+    // Whole, and within what the field holds (else a larger unit would only saturate).
+    let whole = larger().find(|&u| per(u) % period == 0 && per(u) / period <= u128::from(u32::MAX));
+    let chosen = whole
+        .or_else(|| larger().find(|&u| per(u) >= period))
+        .unwrap_or(rate.unit);
+    let requests = u64::try_from(per(chosen) / period).unwrap_or(u64::MAX);
+    (requests, chosen)
 }
 
 /// The longest duration a protobuf `Duration` may hold: 10 000 years, in seconds.
@@ -138,4 +173,33 @@ pub fn pb_parts(d: Duration) -> (i64, i32) {
         return (MAX_PB_DURATION_SECS as i64, 0);
     }
     (d.as_secs() as i64, d.subsec_nanos() as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Unit;
+    use sluice_core::bucket::Rate;
+
+    fn per(requests_per_unit: u64, unit: Unit, unit_multiplier: u32) -> (u64, Unit) {
+        rate_in_envoy_units(&Rate {
+            requests_per_unit,
+            unit,
+            unit_multiplier,
+            burst: requests_per_unit,
+        })
+    }
+
+    #[test]
+    fn periods_become_the_same_rate_in_a_unit_envoy_knows() {
+        assert_eq!(per(100, Unit::Minute, 1), (100, Unit::Minute));
+        assert_eq!(per(100, Unit::Minute, 10), (10, Unit::Minute));
+        assert_eq!(per(5, Unit::Minute, 10), (30, Unit::Hour), "whole first");
+        assert_eq!(per(7, Unit::Second, 90), (280, Unit::Hour));
+        assert_eq!(per(1, Unit::Day, 7), (1, Unit::Week));
+        // Not whole in any unit: rounded down where it is at least 1.
+        assert_eq!(per(1, Unit::Hour, 1_000), (8, Unit::Year));
+        assert_eq!(per(0, Unit::Second, 5), (0, Unit::Second));
+        assert_eq!(per(u64::from(u32::MAX), Unit::Second, 2).1, Unit::Second);
+    }
 }

@@ -222,7 +222,7 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         let rules: Vec<_> = resp
             .rules
             .iter()
-            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source, "charge": r.charge, "max_debt": r.max_debt}))
+            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "unit_multiplier": r.unit_multiplier.max(1), "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source, "charge": r.charge, "max_debt": r.max_debt}))
             .collect();
         out(&json!({"config_version": resp.config_version, "rules": rules}).to_string());
         return Ok(());
@@ -240,7 +240,11 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         let limit = if r.unlimited {
             "unlimited".into()
         } else {
-            format!("{}/{}", r.requests_per_unit, r.unit)
+            format!(
+                "{}/{}",
+                r.requests_per_unit,
+                period(&r.unit, r.unit_multiplier)
+            )
         };
         let mut mode = r.mode.clone();
         if r.charge == "post_paid" {
@@ -333,7 +337,12 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         vec!["matched because".into(), s.reason.clone()],
         vec![
             "limit".into(),
-            format!("{} per {} (burst {})", s.requests_per_unit, s.unit, s.burst),
+            format!(
+                "{} per {} (burst {})",
+                s.requests_per_unit,
+                period(&s.unit, s.unit_multiplier),
+                s.burst
+            ),
         ],
         vec![
             "global remaining".into(),
@@ -409,4 +418,12 @@ pub(crate) fn out(line: &str) {
 
 pub(crate) fn status_error(s: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", s.code(), s.message())
+}
+
+/// A period as people write it: `minute`, or `10 minutes` for a unit multiplier of 10.
+fn period(unit: &str, multiplier: u32) -> String {
+    match multiplier {
+        0 | 1 => unit.to_string(),
+        n => format!("{n} {unit}s"),
+    }
 }

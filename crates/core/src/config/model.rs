@@ -193,9 +193,13 @@ pub struct DescriptorConfig {
 pub struct RateLimitConfig {
     /// `second` … `year`, any case; must be absent when `unlimited`.
     pub unit: Option<Spanned<String>>,
-    /// Requests per unit (Envoy's API carries it as uint32).
+    /// Requests per period (Envoy's API carries it as uint32).
     #[serde(default)]
     pub requests_per_unit: u32,
+    /// sluice (the name of Envoy's proposed RLS field): units in the period, so `unit: minute`
+    /// with `unit_multiplier: 10` is "per 10 minutes"; at least 1 (default), and the period at
+    /// most 100 years.
+    pub unit_multiplier: Option<u32>,
     /// Never limit; reported as OK without a limit.
     #[serde(default)]
     pub unlimited: bool,

@@ -142,6 +142,7 @@ fn nested_rules_apply_only_at_the_last_entry() {
             rate: Rate {
                 requests_per_unit: 100,
                 unit: Unit::Second,
+                unit_multiplier: 1,
                 burst: 200
             },
             mode: Mode::Local,

@@ -15,6 +15,7 @@ fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
         rate: Rate {
             requests_per_unit: 10,
             unit: Unit::Second,
+            unit_multiplier: 1,
             burst,
         },
         shadow: false,

@@ -80,7 +80,7 @@ impl Bucket {
 
     pub(super) fn rate_per_sec(&self) -> f64 {
         let r = &self.source.rate;
-        r.requests_per_unit as f64 / r.unit.seconds() as f64
+        r.requests_per_unit as f64 * 1e6 / r.period_micros() as f64
     }
 
     /// The fill interval for this rule: whole seconds, long enough that a share has `STEPS`
