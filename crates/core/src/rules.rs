@@ -105,6 +105,9 @@ pub struct Rule {
     pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
+    /// The ids of every limit of its descriptor (`rate_limits`), itself included, in file order:
+    /// a request passes only if all of them can pay. One id for a single `rate_limit`.
+    pub limits: std::ops::Range<RuleId>,
     /// A stable identity of (domain, path, limit): buckets of an unchanged rule survive reloads.
     pub fingerprint: u64,
     /// The name for metrics, logs and headers: the explicit name, else `domain:path`.
@@ -280,14 +283,62 @@ impl RuleSet {
                     ));
                 }
             };
-            if let Some(rl) = &d.rate_limit {
-                let id = RuleId::try_from(self.rules.len())
-                    .map_err(|_| ConfigError::at(file, line, "too many rules"))?;
+            let limits: &[RateLimitConfig] = match (&d.rate_limit, &d.rate_limits) {
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::at(
+                        file,
+                        line,
+                        "give either `rate_limit` or `rate_limits`, not both",
+                    ));
+                }
+                (Some(one), None) => std::slice::from_ref(one),
+                (None, Some(many)) if many.is_empty() => {
+                    return Err(ConfigError::at(
+                        file,
+                        line,
+                        "rate_limits needs at least one limit (leave it out to exempt the descriptor)",
+                    ));
+                }
+                (None, Some(many)) => many,
+                (None, None) => &[],
+            };
+            let first = RuleId::try_from(self.rules.len())
+                .map_err(|_| ConfigError::at(file, line, "too many rules"))?;
+            let end = u32::try_from(limits.len())
+                .ok()
+                .and_then(|n| first.checked_add(n))
+                .ok_or_else(|| ConfigError::at(file, line, "too many rules"))?;
+            for (i, rl) in limits.iter().enumerate() {
+                let id = first + i as RuleId;
                 let mut rule = compile_rule(file, line, domain, &path, d.shadow_mode, rl, id)?;
+                if limits.len() > 1 {
+                    if rule.limit == Limit::Unlimited {
+                        return Err(ConfigError::at(
+                            file,
+                            line,
+                            "an unlimited rate_limit cannot stand with other limits",
+                        ));
+                    }
+                    if self.rules[first as usize..]
+                        .iter()
+                        .any(|r| r.fingerprint == rule.fingerprint)
+                    {
+                        return Err(ConfigError::at(
+                            file,
+                            line,
+                            format!("rate_limits of '{domain}: {path}' holds the same limit twice"),
+                        ));
+                    }
+                    if rule.explicit_name.is_none() && i > 0 {
+                        // Unnamed limits of one descriptor still need labels of their own.
+                        rule.label = format!("{}#{}", rule.label, i + 1);
+                    }
+                }
                 rule.quota_mode = d.quota_mode;
-                rule.metadata = metadata;
+                rule.metadata = metadata.clone();
+                rule.limits = first..end;
                 self.rules.push(rule);
-                self.nodes[node].rule = Some(id);
+                self.nodes[node].rule = Some(first);
             }
             self.add_level(file, domain, &path, node, &d.descriptors)?;
         }
@@ -381,6 +432,14 @@ impl RuleSet {
     /// Every rule, in file order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// Every limit of `rule`'s descriptor, `rule` first among them (see [`Rule::limits`]).
+    pub fn limits_of<'a>(&'a self, rule: &'a Rule) -> &'a [Rule] {
+        let (start, end) = (rule.limits.start as usize, rule.limits.end as usize);
+        self.rules
+            .get(start..end)
+            .unwrap_or(std::slice::from_ref(rule))
     }
 
     /// The rule with this id.
@@ -521,6 +580,7 @@ fn compile_rule(
         shadow_mode,
         quota_mode: false,
         metadata: None,
+        limits: id..id + 1,
         replaces,
         fingerprint,
         file: file.to_path_buf(),

@@ -138,6 +138,22 @@ pub struct DescriptorOutcome {
 }
 
 impl DescriptorOutcome {
+    /// Whether this outcome of one of a descriptor's limits is more restrictive than `other`
+    /// (the one the descriptor answers with): a denial before a pass (the longer wait first,
+    /// "never" longest), else fewer tokens left, else the longer time until full.
+    pub fn is_tighter_than(&self, other: &DescriptorOutcome) -> bool {
+        let wait = |o: &DescriptorOutcome| o.retry_after.unwrap_or(Duration::MAX);
+        match (self.denial.is_some(), other.denial.is_some()) {
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) => wait(self) > wait(other),
+            (false, false) => {
+                (self.remaining, std::cmp::Reverse(self.until_full))
+                    < (other.remaining, std::cmp::Reverse(other.until_full))
+            }
+        }
+    }
+
     /// The outcome of a descriptor no limit applies to.
     pub(crate) fn unlimited() -> Self {
         Self {

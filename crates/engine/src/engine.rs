@@ -165,12 +165,11 @@ impl Engine {
         };
         drop(states);
         drop(guards);
-        for (d, at) in plan.by_descriptor.iter().enumerate() {
-            let Some(at) = *at else { continue };
+        let outcome = |at: usize| {
             let (charge, v) = (&plan.charges[at], &verdicts[at]);
             let shadow = charge.info.shadow;
             let reported = v.denial.filter(|_| !shadow);
-            outcomes[d] = DescriptorOutcome {
+            DescriptorOutcome {
                 code: if reported.is_some() {
                     Code::OverLimit
                 } else {
@@ -188,7 +187,19 @@ impl Engine {
                 shadow_over_limit: shadow && v.denial.is_some(),
                 fallback: v.fallback,
                 unlimited: false,
-            };
+            }
+        };
+        for (d, at) in plan.by_descriptor.iter().enumerate() {
+            if let Some(at) = *at {
+                outcomes[d] = outcome(at);
+            }
+        }
+        // A descriptor with several limits answers with the most restrictive one.
+        for &(d, at) in &plan.more {
+            let candidate = outcome(at);
+            if candidate.is_tighter_than(&outcomes[d]) {
+                outcomes[d] = candidate;
+            }
         }
         for (charge, v) in plan.charges.iter().zip(&verdicts) {
             let metrics = &self.leaser.metrics;

@@ -88,8 +88,10 @@ pub(crate) struct Plan {
     /// Distinct buckets in address order: the order their locks are taken in, so two requests
     /// never deadlock.
     pub(crate) charges: SmallVec<[Charge; 4]>,
-    /// For each request descriptor, the charge it pays into (`None`: no limit applies).
+    /// For each request descriptor, the charge of its first limit (`None`: no limit applies).
     pub(crate) by_descriptor: SmallVec<[Option<usize>; 4]>,
+    /// Charges of further limits of a descriptor (`rate_limits`): (descriptor, charge).
+    pub(crate) more: SmallVec<[(usize, usize); 2]>,
     /// Descriptors that matched an `unlimited` rule (answered with no limit, and the most
     /// remaining a status can say).
     pub(crate) unlimited: SmallVec<[usize; 2]>,
@@ -101,8 +103,8 @@ enum Found<'r, 'd> {
     Nothing,
     /// An `unlimited` rule.
     Unlimited,
-    /// A limit.
-    Limit(Matched<'r, 'd>),
+    /// Its limits (one per `rate_limits` entry), in file order.
+    Limits(SmallVec<[Matched<'r, 'd>; 1]>),
 }
 
 /// A limit matched by one descriptor.
@@ -132,85 +134,103 @@ impl Plan {
         };
         let mut replaced: Option<HashSet<&str>> = None;
         let mut plan = Plan::default();
-        let matched: SmallVec<[Option<Matched<'_, '_>>; 4]> = req
+        let matched: SmallVec<[SmallVec<[Matched<'_, '_>; 1]>; 4]> = req
             .descriptors
             .iter()
             .enumerate()
             .map(|(index, d)| {
-                let m = match matched(rules, req.domain, d) {
-                    Found::Limit(m) => m,
+                let limits = match matched(rules, req.domain, d) {
+                    Found::Limits(limits) => limits,
                     Found::Unlimited => {
                         plan.unlimited.push(index);
-                        return None;
+                        SmallVec::new()
                     }
-                    Found::Nothing => return None,
+                    Found::Nothing => SmallVec::new(),
                 };
-                if !m.replaces.is_empty() {
+                for m in limits.iter().filter(|m| !m.replaces.is_empty()) {
                     replaced
                         .get_or_insert_with(HashSet::new)
                         .extend(m.replaces.iter().map(String::as_str));
                 }
-                Some(m)
+                limits
             })
             .collect();
-        for (index, (d, m)) in req.descriptors.iter().zip(matched).enumerate() {
-            let m = m.filter(|m| {
+        for (index, (d, limits)) in req.descriptors.iter().zip(matched).enumerate() {
+            plan.by_descriptor.push(None);
+            let applies = |m: &Matched<'_, '_>| {
                 let r = replaced.as_ref();
                 !m.name.is_some_and(|n| r.is_some_and(|r| r.contains(n)))
-            });
-            let Some(m) = m else {
-                plan.by_descriptor.push(None);
-                continue;
             };
-            // A post-paid rule is never paid before the request: a count (the descriptor's, else
-            // the request's) is usage reported after it, and no count is a check (a peek).
-            // Envoy's request-time entry sends an explicit 0, its stream-done entry the usage;
-            // ext_authz sends no count at all.
-            let (hits, reported) = match (m.info.payment, d.hits_addend) {
-                (Payment::PostPaid { .. }, n) => match n.unwrap_or(req.hits_addend) {
-                    0 => (Some(0), 0),
-                    n => (None, n),
-                },
-                (Payment::Prepaid, n) => (Some(n.unwrap_or(default_hits)), 0),
-            };
-            // The same key twice in one request is one bucket (found by key, not by bucket:
-            // an untracked bucket made for a key with no room is made once per request too).
-            let seen = plan.charges.iter().position(|c| {
-                c.bucket.identity == m.identity && c.entries(req.descriptors) == &*m.key
-            });
-            let at = match seen {
-                Some(at) => {
-                    let c = &mut plan.charges[at];
-                    c.hits = c.hits.saturating_add(hits.unwrap_or(0));
-                    c.checked |= hits.is_some();
-                    c.reported = c.reported.saturating_add(reported);
-                    at
+            for m in limits.into_iter().filter(applies) {
+                let at = plan.charge(req, index, d, m, default_hits, &mut slot);
+                match &mut plan.by_descriptor[index] {
+                    first @ None => *first = Some(at),
+                    Some(_) => plan.more.push((index, at)),
                 }
-                None => {
-                    let (bucket, store) = match slot(m.identity, &m.key, &m.info) {
-                        Slot::Tracked(b) => (b, StoreStatus::Up),
-                        Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
-                    };
-                    plan.charges.push(Charge {
-                        bucket,
-                        info: m.info,
-                        hits: hits.unwrap_or(0),
-                        checked: hits.is_some(),
-                        reported,
-                        descriptor: index,
-                        key: match m.key {
-                            Cow::Borrowed(_) => None,
-                            Cow::Owned(key) => Some(key.into()),
-                        },
-                        store,
-                    });
-                    plan.charges.len() - 1
-                }
-            };
-            plan.by_descriptor.push(Some(at));
+            }
         }
         plan.sort_for_locking();
         plan
+    }
+
+    /// Adds what descriptor `d` (at `index`) asks of limit `m` to its charge, making the charge
+    /// (and finding its bucket with `slot`) if the request has none on that bucket yet; returns
+    /// the charge's index.
+    fn charge(
+        &mut self,
+        req: &RateLimitRequest<'_>,
+        index: usize,
+        d: &Descriptor,
+        m: Matched<'_, '_>,
+        default_hits: u64,
+        slot: &mut impl FnMut(u64, &[Entry], &LimitInfo) -> Slot,
+    ) -> usize {
+        // A post-paid rule is never paid before the request: a count (the descriptor's, else
+        // the request's) is usage reported after it, and no count is a check (a peek).
+        // Envoy's request-time entry sends an explicit 0, its stream-done entry the usage;
+        // ext_authz sends no count at all.
+        let (hits, reported) = match (m.info.payment, d.hits_addend) {
+            (Payment::PostPaid { .. }, n) => match n.unwrap_or(req.hits_addend) {
+                0 => (Some(0), 0),
+                n => (None, n),
+            },
+            (Payment::Prepaid, n) => (Some(n.unwrap_or(default_hits)), 0),
+        };
+        // The same key twice in one request is one bucket (found by key, not by bucket:
+        // an untracked bucket made for a key with no room is made once per request too).
+        let seen = self
+            .charges
+            .iter()
+            .position(|c| c.bucket.identity == m.identity && c.entries(req.descriptors) == &*m.key);
+        match seen {
+            Some(at) => {
+                let c = &mut self.charges[at];
+                c.hits = c.hits.saturating_add(hits.unwrap_or(0));
+                c.checked |= hits.is_some();
+                c.reported = c.reported.saturating_add(reported);
+                at
+            }
+            None => {
+                let (bucket, store) = match slot(m.identity, &m.key, &m.info) {
+                    Slot::Tracked(b) => (b, StoreStatus::Up),
+                    Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
+                };
+                self.charges.push(Charge {
+                    bucket,
+                    info: m.info,
+                    hits: hits.unwrap_or(0),
+                    checked: hits.is_some(),
+                    reported,
+                    descriptor: index,
+                    key: match m.key {
+                        Cow::Borrowed(_) => None,
+                        Cow::Owned(key) => Some(key.into()),
+                    },
+                    store,
+                });
+                self.charges.len() - 1
+            }
+        }
     }
 
     /// Sorts the charges by bucket address and points the descriptors at their new places.
@@ -229,6 +249,9 @@ impl Plan {
         for at in self.by_descriptor.iter_mut().flatten() {
             *at = new_place[*at];
         }
+        for (_, at) in &mut self.more {
+            *at = new_place[*at];
+        }
     }
 
     /// Why some enforcing charge can never be paid: the request is denied without store calls.
@@ -239,14 +262,14 @@ impl Plan {
     }
 }
 
-/// The limit of descriptor `d` in `domain`, the identity of its bucket and the entries it is
-/// keyed by.
+/// The limits of descriptor `d` in `domain`, with the identity of each one's bucket and the
+/// entries they are keyed by.
 fn matched<'r, 'd>(rules: &'r RuleSet, domain: &str, d: &'d Descriptor) -> Found<'r, 'd> {
     if let Some(o) = d.limit_override
         && rules.honours_override(domain, &d.entries)
     {
         let rate = Rate::per_unit(o.requests_per_unit, o.unit);
-        return Found::Limit(Matched {
+        return Found::Limits(smallvec::smallvec![Matched {
             info: LimitInfo {
                 rate,
                 rule: None,
@@ -260,35 +283,41 @@ fn matched<'r, 'd>(rules: &'r RuleSet, domain: &str, d: &'d Descriptor) -> Found
             name: None,
             replaces: &[],
             key: Cow::Borrowed(&d.entries),
-        });
+        }]);
     }
     let (Match::Rule(rule), key) = rules.match_keyed(domain, &d.entries) else {
         return Found::Nothing;
     };
-    let Limit::Limited {
-        rate,
-        mode,
-        fallback,
-        payment,
-    } = rule.limit
-    else {
+    if rule.limit == Limit::Unlimited {
         return Found::Unlimited;
-    };
-    Found::Limit(Matched {
-        info: LimitInfo {
+    }
+    let limits = rules.limits_of(rule).iter().filter_map(|rule| {
+        let Limit::Limited {
             rate,
-            rule: Some(rule.id),
             mode,
             fallback,
-            shadow: rule.shadow_mode,
-            quota: rule.quota_mode,
             payment,
-        },
-        identity: rule.fingerprint,
-        name: rule.explicit_name.as_deref(),
-        replaces: &rule.replaces,
-        key,
-    })
+        } = rule.limit
+        else {
+            return None;
+        };
+        Some(Matched {
+            info: LimitInfo {
+                rate,
+                rule: Some(rule.id),
+                mode,
+                fallback,
+                shadow: rule.shadow_mode,
+                quota: rule.quota_mode,
+                payment,
+            },
+            identity: rule.fingerprint,
+            name: rule.explicit_name.as_deref(),
+            replaces: &rule.replaces,
+            key: key.clone(),
+        })
+    });
+    Found::Limits(limits.collect())
 }
 
 /// A stable identity for a caller-supplied limit override in `domain` (part of its store keys,

@@ -35,6 +35,8 @@ pub struct QuotaView {
     pub tracked: bool,
     /// Whether the store is degraded (fallbacks apply).
     pub degraded: bool,
+    /// The descriptor's further limits (`rate_limits`), each seen the same way, in file order.
+    pub more: Vec<QuotaView>,
 }
 
 impl QuotaView {
@@ -61,7 +63,8 @@ pub struct TrackedKey {
     pub idle: Duration,
 }
 
-/// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
+/// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created. A
+/// descriptor with several limits gets a view of each (the first; the others in `more`).
 pub(crate) async fn view(
     rules: Arc<RuleSet>,
     table: &BucketTable,
@@ -80,6 +83,7 @@ pub(crate) async fn view(
         until_full: Duration::ZERO,
         tracked: false,
         degraded: leaser.store.degraded(),
+        more: Vec::new(),
     };
     let (found, entries) = rules.match_keyed(domain, entries);
     let rule = match found {
@@ -90,11 +94,30 @@ pub(crate) async fn view(
         Match::NoRule => return view,
         Match::Rule(rule) => rule,
     };
+    for further in &rules.limits_of(rule)[1..] {
+        let mut more = view.clone();
+        limit_view(&mut more, further, table, leaser, now, &entries).await;
+        view.more.push(more);
+    }
+    limit_view(&mut view, rule, table, leaser, now, &entries).await;
+    view
+}
+
+/// Fills `view` with what this instance and the store know of `rule`'s bucket for `entries`
+/// (already keyed: shared values replaced by their pattern).
+async fn limit_view(
+    view: &mut QuotaView,
+    rule: &Rule,
+    table: &BucketTable,
+    leaser: &Leaser,
+    now: u64,
+    entries: &[Entry],
+) {
     view.rule = Some(rule.id);
     let Limit::Limited { rate, mode, .. } = rule.limit else {
-        return view;
+        return;
     };
-    if let Some(b) = table.get(rule.fingerprint, &entries) {
+    if let Some(b) = table.get(rule.fingerprint, entries) {
         view.tracked = true;
         let state = b.lock();
         view.local_lease = state.lease;
@@ -108,9 +131,9 @@ pub(crate) async fn view(
             .unwrap_or_else(|| BucketState::full(&rate, now).tokens);
         view.global_remaining = Some(tokens);
         view.until_full = until_full(&rate, tokens);
-        return view;
+        return;
     }
-    let store_key = key::store_key(rule.fingerprint, &entries);
+    let store_key = key::store_key(rule.fingerprint, entries);
     match leaser.peek_for_operator(&store_key, rate).await {
         Ok(tokens) => {
             view.global_remaining = Some(tokens);
@@ -118,7 +141,6 @@ pub(crate) async fn view(
         }
         Err(e) => view.store_error = Some(e),
     }
-    view
 }
 
 /// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's

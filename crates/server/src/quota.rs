@@ -136,6 +136,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     out.max_debt = r.max_debt;
     // Whole tokens owed, rounded up (a bucket at -0.2 still denies checks).
     out.debt = (-out.global_remaining).max(0.0).ceil() as u64;
+    out.limits = view.more.iter().map(|v| to_state(v, store)).collect();
     out
 }
 
@@ -151,6 +152,7 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
         "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
         "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
         "charge": s.charge, "debt": s.debt, "max_debt": s.max_debt,
+        "limits": s.limits.iter().map(state_json).collect::<Vec<_>>(),
     })
 }
 

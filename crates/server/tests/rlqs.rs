@@ -330,3 +330,54 @@ async fn a_vanished_envoy_leaves_no_stream_behind() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A descriptor with several limits (`rate_limits`): every share is paid from each of them, so
+/// a generous per-minute limit cannot assign past a tight daily one.
+#[tokio::test]
+async fn several_limits_pay_every_share_so_the_tightest_holds() {
+    const LIMITS: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: tenant
+        rate_limits:
+          - {unit: minute, requests_per_unit: 600, name: per_minute}
+          - {unit: day, requests_per_unit: 30, name: per_day}
+"#;
+    let server = TestServer::start(LIMITS).await;
+    let mut s = open(&server).await;
+    s.send("api", vec![usage(bucket(&[("tenant", "t")]), 0, 0, 1)])
+        .await;
+    let mut worth = Vec::new();
+    for _ in 0..3 {
+        if let Some(a) = s.next().await.get("tenant=t")
+            && let (Strategy::TokenBucket(tb), ttl) = strategy(a)
+        {
+            let rate = f64::from(tb.tokens_per_fill.expect("tokens").value)
+                / tb.fill_interval.expect("fill").seconds as f64;
+            // What Envoy can admit under it: the full bucket, then the refill until the TTL.
+            worth.push(f64::from(tb.max_tokens) + rate * ttl as f64);
+        }
+        s.send("api", vec![usage(bucket(&[("tenant", "t")]), 1, 0, 10)])
+            .await;
+    }
+    assert!(
+        !worth.is_empty() && worth.iter().all(|&w| w <= 30.0),
+        "no share worth more than the day's 30: {worth:?}"
+    );
+    let day = sluice_server::quota::peek(
+        &server.state,
+        "api",
+        &[sluice_core::Entry::new("tenant", "t")],
+    )
+    .await
+    .limits
+    .into_iter()
+    .next()
+    .expect("the daily limit");
+    assert_eq!(day.rule, "per_day");
+    assert!(
+        day.global_remaining >= 0.0 && day.global_remaining <= 30.0,
+        "{day:?}"
+    );
+}

@@ -386,6 +386,22 @@ fn print_state(s: &pb::QuotaState, output: Output) {
             ),
         ],
     ]);
+    // Further limits of the descriptor (`rate_limits`): each with its own remaining.
+    for (i, more) in s.limits.iter().enumerate() {
+        let until_full = sluice_server::quota::seconds(more.until_full.as_ref());
+        rows.push(vec![
+            format!("limit {}", i + 2),
+            format!(
+                "{}: {} per {} (burst {}), {:.2} remaining, this instance's lease {}, full in {until_full:.1}s",
+                more.rule,
+                more.requests_per_unit,
+                period(&more.unit, more.unit_multiplier),
+                more.burst,
+                more.global_remaining,
+                more.local_lease
+            ),
+        ]);
+    }
     table(&rows);
 }
 

@@ -161,6 +161,9 @@ pub struct DescriptorConfig {
     pub value: Option<String>,
     /// The limit for a request whose descriptor ends here; absent exempts it.
     pub rate_limit: Option<RateLimitConfig>,
+    /// sluice, instead of `rate_limit`: several limits on this descriptor (10 a second and 1000
+    /// a day): a request passes only if every one of them can pay, and each is charged.
+    pub rate_limits: Option<Vec<RateLimitConfig>>,
     /// Deeper levels.
     #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<Spanned<DescriptorConfig>>,

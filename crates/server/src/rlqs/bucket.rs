@@ -22,15 +22,14 @@
 //!   unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`, `local_share` → a token bucket at the
 //!   rule's rate over the live sidecars.
 
-use std::sync::Arc;
-
 use sluice_core::Entry;
-use sluice_core::bucket::Rate;
 use sluice_core::config::Fallback;
-use sluice_engine::GlobalStore;
 use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket};
 
 mod sizing;
+mod source;
+
+pub use source::{Further, Source};
 
 /// TTL of a strategy when it is first sent (seconds).
 pub const NEW_TTL: u32 = 3;
@@ -54,19 +53,6 @@ const DEMAND_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 const SLACK: f64 = 1e-9;
 /// Seconds of the share leased ahead with each store call (fewer store calls per bucket).
 pub(super) const LOOKAHEAD: f64 = 2.0;
-
-/// Where a bucket's tokens come from.
-#[derive(Clone)]
-pub struct Source {
-    /// The store holding the rule's bucket (the global store, or this sidecar's own for `local`).
-    pub store: Arc<dyn GlobalStore>,
-    /// The store key (the same one RLS and ext_authz charge).
-    pub key: String,
-    /// The rule's rate.
-    pub rate: Rate,
-    /// What to do while the store is down.
-    pub fallback: Fallback,
-}
 
 /// What to send for a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -391,15 +377,10 @@ impl Bucket {
     /// unavailable.
     async fn lease(&mut self, tokens: f64) -> Result<(), ()> {
         let want = tokens.floor().clamp(1.0, self.source.rate.burst as f64) as u64;
-        match self
-            .source
-            .store
-            .lease(&self.source.key, self.source.rate, want)
-            .await
-        {
-            Ok(grant) => {
-                self.pool += grant.granted as f64;
-                self.entitled -= grant.granted as f64;
+        match self.source.lease(want).await {
+            Ok(granted) => {
+                self.pool += granted as f64;
+                self.entitled -= granted as f64;
                 Ok(())
             }
             Err(e) => {

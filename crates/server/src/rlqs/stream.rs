@@ -17,6 +17,7 @@ use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{BucketMatch, Limit};
 use sluice_core::{Entry, Rule, RuleSet};
+use sluice_engine::GlobalStore;
 use sluice_engine::assignment::Strategy;
 use sluice_engine::key::{key_value, store_key};
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
@@ -24,7 +25,7 @@ use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageRepor
 use tokio::sync::mpsc::Sender;
 use tonic::{Status, Streaming};
 
-use super::bucket::{Bucket, Reported, Source, Step, TTL};
+use super::bucket::{Bucket, Further, Reported, Source, Step, TTL};
 use super::view::{BucketView, RlqsMetrics, StreamView};
 use super::wire;
 use crate::state::AppState;
@@ -203,6 +204,16 @@ impl RlqsStream {
         Ok(())
     }
 
+    /// The store an RLQS bucket of a rule in `mode` pays from: the global one, or this sidecar's
+    /// own for `mode: local`.
+    fn store_for(&self, mode: Mode) -> Arc<dyn GlobalStore> {
+        if mode == Mode::Local {
+            Arc::clone(&self.state.rlqs.local) as Arc<dyn GlobalStore>
+        } else {
+            Arc::clone(self.state.engine.store())
+        }
+    }
+
     /// Starts tracking a bucket id (entries sorted by key) under the current rules.
     fn track(&self, entries: Vec<Entry>, now: u64) -> Slot {
         let domain = self.domain.as_deref().unwrap_or_default();
@@ -210,16 +221,23 @@ impl RlqsStream {
         let (tracked, rule) = match self.rules.match_bucket_id(domain, &entries) {
             BucketMatch::Rule(rule, ordered) => match enforced(rule, shadow) {
                 Some((rate, mode, fallback)) => {
-                    let store = if mode == Mode::Local {
-                        Arc::clone(&self.state.rlqs.local)
-                    } else {
-                        Arc::clone(self.state.engine.store())
-                    };
+                    let further = self.rules.limits_of(rule)[1..]
+                        .iter()
+                        .filter_map(|r| {
+                            let (rate, mode, _) = enforced(r, shadow)?;
+                            Some(Further {
+                                store: self.store_for(mode),
+                                key: store_key(r.fingerprint, &ordered),
+                                rate,
+                            })
+                        })
+                        .collect();
                     let source = Source {
-                        store,
+                        store: self.store_for(mode),
                         key: store_key(rule.fingerprint, &ordered),
                         rate,
                         fallback,
+                        further,
                     };
                     let b = Bucket::new(ordered, rule.label.clone(), source, self.id, now);
                     (Tracked::Limited(Box::new(b)), rule.label.clone())
@@ -415,12 +433,7 @@ fn same_limit(tracked: &Tracked, now: BucketMatch<'_>, shadow: bool) -> bool {
 async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Bucket) -> u64) {
     if let Tracked::Limited(b) = &mut slot.tracked {
         let tokens = back(b);
-        let s = b.source();
-        if tokens > 0
-            && let Err(e) = s.store.release(&s.key, s.rate, tokens).await
-        {
-            tracing::debug!(key = %s.key, error = %e, "RLQS tokens not returned");
-        }
+        b.source().release(tokens).await;
         b.withdraw().await;
     }
     if slot.gauged != 0.0 {

@@ -1,5 +1,6 @@
-//! envoyproxy/ratelimit's schema beyond limits: `share_threshold` (one bucket for every value a
-//! pattern matches), `quota_mode` (a quota blocks only with every other quota), `unlimited`.
+//! Limit shapes beyond one limit per descriptor: envoyproxy/ratelimit's `share_threshold` (one
+//! bucket for every value a pattern matches), `quota_mode` (a quota blocks only with every other
+//! quota) and `unlimited`; sluice's `rate_limits` (several limits on one descriptor).
 
 use super::*;
 
@@ -24,6 +25,10 @@ domains:
         rate_limit: {unit: minute, requests_per_unit: 100}
       - key: free
         rate_limit: {unlimited: true}
+      - key: api_key
+        rate_limits:
+          - {unit: second, requests_per_unit: 3, name: per_second}
+          - {unit: minute, requests_per_unit: 5, name: per_minute}
 "#;
 
 fn schema_engine(clock: &ManualClock) -> Engine {
@@ -120,4 +125,52 @@ async fn unlimited_rules_are_marked() {
     assert_eq!(decision.overall, Code::Ok);
     assert!(decision.outcomes[0].unlimited && decision.outcomes[0].limit.is_none());
     assert!(!decision.outcomes[1].unlimited && decision.outcomes[1].limit.is_none());
+}
+
+/// Several limits on one descriptor: a request passes only if every one can pay, each is
+/// charged (all or nothing), and the answer names the most restrictive.
+#[tokio::test]
+async fn every_limit_of_a_descriptor_must_pay_and_the_tightest_answers() {
+    let clock = ManualClock::at(1);
+    let e = schema_engine(&clock);
+    let key = [d(&[("api_key", "k1")])];
+    let label = |o: &DescriptorOutcome| {
+        let rules = e.rules();
+        let id = o.limit.and_then(|l| l.rule).expect("a rule");
+        rules.rule(id).expect("loaded").label.clone()
+    };
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let ok = ask(&e, &key).await;
+        assert_eq!(ok.overall, Code::Ok);
+        remaining.push((label(&ok.outcomes[0]), ok.outcomes[0].remaining));
+    }
+    assert_eq!(
+        remaining,
+        [
+            ("per_second".to_string(), 2),
+            ("per_second".to_string(), 1),
+            ("per_second".to_string(), 0)
+        ],
+        "the second's limit is the tighter one"
+    );
+    let denied = ask(&e, &key).await.outcomes[0];
+    assert_eq!(denied.code, Code::OverLimit);
+    assert_eq!(label(&denied), "per_second");
+    assert_eq!(denied.retry_after, Some(Duration::from_nanos(333_334_000)));
+    clock.advance_millis(1_000);
+    // The second refilled 3; the minute holds 2 (and a twelfth): the minute denies the third.
+    for _ in 0..2 {
+        assert_eq!(ask(&e, &key).await.overall, Code::Ok);
+    }
+    let denied = ask(&e, &key).await.outcomes[0];
+    assert_eq!(denied.code, Code::OverLimit);
+    assert_eq!(label(&denied), "per_minute");
+    let view = e.quota("d", &[Entry::new("api_key", "k1")]).await;
+    assert_eq!(view.more.len(), 1, "GetQuota sees both limits");
+    let per_second = view.global_remaining.expect("read") + view.local_lease as f64;
+    assert!(
+        (1.0..1.01).contains(&per_second),
+        "the denied request charged nothing on the second's limit: {per_second}"
+    );
 }
