@@ -11,7 +11,46 @@ use crate::Unit;
 /// integers of microseconds in `u64` and in `f64` (below 2^53) far beyond it.
 pub const MAX_PERIOD_SECS: u64 = 100 * 365 * 86_400;
 
-/// A limit in token-bucket form.
+/// How a limit counts (`rate_limit.algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// A token bucket: burst `B`, refilled continuously at `L` per period (default).
+    #[default]
+    TokenBucket,
+    /// `L` per window aligned to the epoch, as envoyproxy/ratelimit counts (see [`crate::window`]).
+    FixedWindow,
+    /// `L` per trailing period, estimated from the current and previous windows (see
+    /// [`crate::window`] for its error bound).
+    SlidingWindow,
+}
+
+impl Algorithm {
+    /// The config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+        }
+    }
+
+    /// Whether it counts in windows (leases then end with the window they came from).
+    pub const fn is_window(self) -> bool {
+        !matches!(self, Algorithm::TokenBucket)
+    }
+
+    /// The code the Lua scripts take (`ARGV[5]`).
+    pub const fn code(self) -> u64 {
+        match self {
+            Algorithm::TokenBucket => 0,
+            Algorithm::FixedWindow => 1,
+            Algorithm::SlidingWindow => 2,
+        }
+    }
+}
+
+/// A limit: its rate, period, burst and how it counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
     /// `L`: tokens added per period.
@@ -20,8 +59,10 @@ pub struct Rate {
     pub unit: Unit,
     /// Units in the period (`unit_multiplier`: 10 minutes is `Minute` × 10); at least 1.
     pub unit_multiplier: u32,
-    /// `B`: the most tokens the bucket holds (and so the largest burst).
+    /// `B`: the most tokens the bucket holds (and so the largest burst); `L` for windows.
     pub burst: u64,
+    /// How it counts.
+    pub algorithm: Algorithm,
 }
 
 impl Rate {
@@ -32,6 +73,47 @@ impl Rate {
             unit,
             unit_multiplier: 1,
             burst: requests_per_unit,
+            algorithm: Algorithm::TokenBucket,
+        }
+    }
+
+    /// The window `now` falls in (its index since the clock's origin); 0 for a token bucket,
+    /// which has none.
+    pub fn window(&self, now_micros: u64) -> u64 {
+        if self.algorithm.is_window() {
+            crate::window::window_of(self, now_micros).0
+        } else {
+            0
+        }
+    }
+
+    /// Microseconds until a bucket holding `tokens` (as available now) holds `target`, at `now`:
+    /// [`micros_until`](Self::micros_until) for a token bucket; for a window, the window's end
+    /// (a sliding window may need a little longer: the hits of the window ending then still
+    /// count, fading); `None` if it never will.
+    pub fn micros_until_at(&self, tokens: f64, target: f64, now_micros: u64) -> Option<u64> {
+        if !self.algorithm.is_window() {
+            return self.micros_until(tokens, target);
+        }
+        if tokens >= target {
+            Some(0)
+        } else if target > self.burst as f64 {
+            None
+        } else {
+            Some(crate::window::until_window_end(self, now_micros))
+        }
+    }
+
+    /// Microseconds until a bucket holding `tokens` (as available now) is full again: for a
+    /// fixed window, the window's end; for a sliding window, the end of the next window (when
+    /// the hits counted so far stop counting); 0 when full.
+    pub fn micros_until_full_at(&self, tokens: f64, now_micros: u64) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket => self.micros_until_full(tokens),
+            _ if tokens >= self.burst as f64 => 0,
+            Algorithm::FixedWindow => crate::window::until_window_end(self, now_micros),
+            Algorithm::SlidingWindow => crate::window::until_window_end(self, now_micros)
+                .saturating_add(self.period_micros()),
         }
     }
 
@@ -87,6 +169,8 @@ pub struct BucketState {
     pub tokens: f64,
     /// When `tokens` was last brought up to date.
     pub updated_micros: u64,
+    /// Sliding windows: what the previous window used (0 otherwise).
+    pub previous: f64,
 }
 
 impl BucketState {
@@ -95,21 +179,49 @@ impl BucketState {
         Self {
             tokens: rate.burst as f64,
             updated_micros: now_micros,
+            previous: 0.0,
         }
     }
 
-    /// Brings `tokens` up to `now_micros`. A `now` earlier than the last update (clock skew) adds
-    /// nothing rather than removing tokens.
+    /// An empty bucket at `now` (a sliding window with nothing carried over).
+    pub fn empty(now_micros: u64) -> Self {
+        Self {
+            tokens: 0.0,
+            updated_micros: now_micros,
+            previous: 0.0,
+        }
+    }
+
+    /// Brings `tokens` up to `now_micros`: a token bucket refills; a window starts anew when
+    /// its window is over. A `now` earlier than the last update (clock skew) adds nothing
+    /// rather than removing tokens.
     pub fn refill(&mut self, rate: &Rate, now_micros: u64) {
+        if rate.algorithm.is_window() {
+            crate::window::shift(self, rate, now_micros);
+            return;
+        }
         let elapsed = now_micros.saturating_sub(self.updated_micros);
         self.tokens = rate.refill(self.tokens, elapsed);
         self.updated_micros = self.updated_micros.max(now_micros);
     }
 
+    /// Tokens that can be spent at the last update: `tokens`, less a sliding window's weighted
+    /// previous hits.
+    pub fn available(&self, rate: &Rate) -> f64 {
+        crate::window::available(self, rate)
+    }
+
+    /// Tokens available at `now`, without changing the bucket.
+    pub fn available_at(&self, rate: &Rate, now_micros: u64) -> f64 {
+        let mut b = *self;
+        b.refill(rate, now_micros);
+        b.available(rate)
+    }
+
     /// Refills, then takes `min(want, whole tokens available)`; returns what it took.
     pub fn take_up_to(&mut self, rate: &Rate, now_micros: u64, want: u64) -> u64 {
         self.refill(rate, now_micros);
-        let granted = want.min(self.tokens.floor().max(0.0) as u64);
+        let granted = want.min(self.available(rate).floor().max(0.0) as u64);
         self.tokens -= granted as f64;
         granted
     }
@@ -117,7 +229,7 @@ impl BucketState {
     /// Refills, then takes exactly `n` tokens if there are that many; returns whether it did.
     pub fn try_take(&mut self, rate: &Rate, now_micros: u64, n: u64) -> bool {
         self.refill(rate, now_micros);
-        if self.tokens >= n as f64 {
+        if self.available(rate) >= n as f64 {
             self.tokens -= n as f64;
             true
         } else {
@@ -133,16 +245,23 @@ impl BucketState {
     pub fn charge(&mut self, rate: &Rate, now_micros: u64, n: u64, max_debt: u64) -> u64 {
         self.refill(rate, now_micros);
         let floor = -(max_debt as f64);
+        // What a sliding window's previous hits hold back (0 for the others).
+        let held = self.tokens - self.available(rate);
         // Whole tokens that can still be charged before the floor (0 when at or below it).
-        let room = (self.tokens - floor).floor().max(0.0);
+        let room = (self.tokens - held - floor).floor().max(0.0);
         let charged = if (n as f64) <= room { n } else { room as u64 };
-        self.tokens = (self.tokens - charged as f64).max(floor.min(self.tokens));
+        self.tokens = (self.tokens - charged as f64).max((floor + held).min(self.tokens));
         charged
     }
 
-    /// Refills, then puts `n` unspent tokens back, capped at the burst.
-    pub fn give_back(&mut self, rate: &Rate, now_micros: u64, n: u64) {
+    /// Refills, then puts `n` unspent tokens back, capped at the burst. For a window, only into
+    /// the window they were taken from (`window`, see [`Rate::window`]): tokens of a window that
+    /// is over are not given back, or the new window would get more than `L`.
+    pub fn give_back(&mut self, rate: &Rate, now_micros: u64, n: u64, window: u64) {
         self.refill(rate, now_micros);
+        if rate.algorithm.is_window() && rate.window(self.updated_micros) != window {
+            return;
+        }
         self.tokens = (self.tokens + n as f64).min(rate.burst as f64);
     }
 }
@@ -200,6 +319,7 @@ mod tests {
             unit: Unit::Minute,
             unit_multiplier: 1,
             burst: 100,
+            algorithm: crate::bucket::Algorithm::TokenBucket,
         };
         let mut b = BucketState::full(&rate, 0);
         assert!(b.try_take(&rate, 0, 100));
@@ -220,8 +340,8 @@ mod tests {
     fn clock_going_backwards_adds_nothing() {
         let rate = Rate::per_unit(10, Unit::Second);
         let mut b = BucketState {
-            tokens: 0.0,
             updated_micros: 5 * SEC,
+            ..BucketState::empty(0)
         };
         b.refill(&rate, SEC);
         assert_eq!(b.tokens, 0.0);
@@ -233,7 +353,7 @@ mod tests {
         let rate = Rate::per_unit(5, Unit::Second);
         let mut b = BucketState::full(&rate, 0);
         assert_eq!(b.take_up_to(&rate, 0, 2), 2);
-        b.give_back(&rate, 0, 10);
+        b.give_back(&rate, 0, 10, 0);
         assert_eq!(b.tokens, 5.0);
     }
 
@@ -245,7 +365,7 @@ mod tests {
             burst in 0u64..2_000,
             steps in proptest::collection::vec((0u64..300_000, 1u64..50), 1..200),
         ) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst , algorithm: Algorithm::TokenBucket };
             let mut b = BucketState::full(&rate, 0);
             let (mut now, mut admitted) = (0u64, 0u64);
             for (dt, want) in steps {
@@ -270,7 +390,7 @@ mod tests {
                 1..100,
             ),
         ) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Second, unit_multiplier: 1, burst , algorithm: Algorithm::TokenBucket };
             let mut b = BucketState::full(&rate, 0);
             let mut now = 0u64;
             for (dt, n, report) in steps {
@@ -300,7 +420,7 @@ mod tests {
         /// Waiting exactly `micros_until` makes the tokens available.
         #[test]
         fn micros_until_is_enough(rpu in 1u64..10_000, tokens in 0.0f64..50.0, want in 1u64..50) {
-            let rate = Rate { requests_per_unit: rpu, unit: Unit::Minute, unit_multiplier: 1, burst: 100 };
+            let rate = Rate { requests_per_unit: rpu, unit: Unit::Minute, unit_multiplier: 1, burst: 100 , algorithm: Algorithm::TokenBucket };
             let wait = rate.micros_until(tokens, want as f64).expect("reachable");
             prop_assert!(rate.refill(tokens, wait) >= want as f64 - 1e-9);
         }

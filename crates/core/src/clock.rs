@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// A monotonic source of time in microseconds since an arbitrary, fixed origin.
+/// A monotonic source of time in microseconds since a fixed origin (the Unix epoch for the
+/// system clock; whatever a test chooses for [`ManualClock`]).
 ///
 /// Decisions read it once and pass the value down, so the math stays pure and testable.
 pub trait Clock: Send + Sync + 'static {
@@ -12,17 +13,26 @@ pub trait Clock: Send + Sync + 'static {
     fn now_micros(&self) -> u64;
 }
 
-/// The real monotonic clock.
+/// The real monotonic clock, counting from the Unix epoch: it reads the wall clock once, when
+/// made, and the monotonic clock after that (so it never goes back, whatever NTP does). Windows
+/// (`fixed_window`, `sliding_window`) are aligned to its origin, as Redis `TIME` aligns them.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     origin: Instant,
+    /// Microseconds from the Unix epoch to `origin`.
+    epoch_micros: u64,
 }
 
 impl SystemClock {
-    /// A clock whose origin is now.
+    /// A clock reading the Unix time now.
     pub fn new() -> Self {
+        #[allow(clippy::disallowed_methods)] // the one read of the wall clock (see clippy.toml)
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         Self {
             origin: Instant::now(),
+            epoch_micros: u64::try_from(since_epoch.as_micros()).unwrap_or(0),
         }
     }
 }
@@ -36,7 +46,8 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     fn now_micros(&self) -> u64 {
         // u64 microseconds last 584 000 years; saturate rather than wrap.
-        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+        let elapsed = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.epoch_micros.saturating_add(elapsed)
     }
 }
 

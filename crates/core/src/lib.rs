@@ -4,6 +4,7 @@
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, the system clock and a [`ManualClock`](clock::ManualClock) for tests.
 //! - [`unit`]: time units of `rate_limit.unit` and their lengths.
 //! - [`bucket`]: token-bucket math (refill, time until tokens), shared by every backend and mirrored in Lua.
+//! - [`window`]: the fixed- and sliding-window algorithms over the same bucket state.
 //! - [`config`]: the YAML configuration model, loading (files, directories, includes) and validation.
 //! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
 //! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.
@@ -18,6 +19,7 @@ pub mod descriptor;
 pub mod hash;
 pub mod rules;
 pub mod unit;
+pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, load_config, parse_config};

@@ -486,6 +486,7 @@ fn compile_rule(
             ));
         }
         if rl.burst.is_some()
+            || rl.algorithm.is_some()
             || rl.unit_multiplier.is_some()
             || rl.mode.is_some()
             || rl.fallback.is_some()
@@ -495,8 +496,8 @@ fn compile_rule(
         {
             return Err(err(
                 line,
-                "an unlimited rate_limit takes no requests_per_unit, unit_multiplier, burst, \
-                 mode, fallback, charge or max_debt"
+                "an unlimited rate_limit takes no requests_per_unit, unit_multiplier, \
+                 algorithm, burst, mode, fallback, charge or max_debt"
                     .into(),
             ));
         }
@@ -509,6 +510,16 @@ fn compile_rule(
             ));
         };
         let rpu = u64::from(rl.requests_per_unit);
+        let algorithm = rl.algorithm.unwrap_or_default();
+        if algorithm.is_window() && rl.burst.is_some() {
+            return Err(err(
+                line,
+                format!(
+                    "burst applies to algorithm: token_bucket; a {} holds requests_per_unit",
+                    algorithm.as_str().replace('_', " ")
+                ),
+            ));
+        }
         let burst = rl.burst.map_or(rpu, u64::from);
         let unit_multiplier = rl.unit_multiplier.unwrap_or(1);
         if unit_multiplier == 0 {
@@ -546,6 +557,7 @@ fn compile_rule(
                 unit,
                 unit_multiplier,
                 burst,
+                algorithm,
             },
             mode: rl.mode.unwrap_or_default(),
             fallback: rl.fallback.unwrap_or_default(),
@@ -612,10 +624,15 @@ pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -
         } => {
             // A period of one unit writes nothing more: the identity of every rule written
             // before `unit_multiplier` existed stays the same.
-            let multiplier = match rate.unit_multiplier {
+            let mut multiplier = match rate.unit_multiplier {
                 0 | 1 => String::new(),
                 n => format!(", unit_multiplier: {n}"),
             };
+            // Likewise the algorithm: a token bucket writes nothing; a window is another limit.
+            if rate.algorithm.is_window() {
+                multiplier.push_str(", algorithm: ");
+                multiplier.push_str(rate.algorithm.as_str());
+            }
             let text = format!(
                 "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}{multiplier}, burst: {} }}, mode: {}, fallback: {} }}",
                 rate.requests_per_unit,

@@ -298,7 +298,7 @@ impl Engine {
     /// the store (at shutdown).
     pub async fn return_all_leases(&self) {
         self.leaser
-            .return_tokens(self.table.take_all_leases())
+            .return_tokens(self.table.take_all_leases(self.now()))
             .await;
         self.leaser.flush_queued_debts(self.now(), true).await;
     }

@@ -159,7 +159,8 @@ impl Leaser {
     /// Whether no store call is needed: the lease covers `hits`, a starved key waits for
     /// refill, or a peek already knows the global level.
     fn covered(&self, bucket: &LeaseBucket, mode: Mode, hits: u64, now: u64) -> bool {
-        let state = bucket.lock();
+        let mut state = bucket.lock();
+        state.expire(now);
         if hits == 0 {
             // A reading older than a lease horizon is read again (others spend meanwhile).
             state.global_known
@@ -173,7 +174,8 @@ impl Leaser {
     async fn lease_for(&self, charge: &Charge, store_key: &str, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
         let (missing, demand) = {
-            let state = bucket.lock();
+            let mut state = bucket.lock();
+            state.expire(now);
             (
                 charge.hits.saturating_sub(state.lease),
                 state.demand_per_sec,
@@ -218,9 +220,11 @@ impl Leaser {
         };
         self.metrics.tokens_granted(grant.granted);
         let mut state = bucket.lock();
+        state.expire(now);
         let repaid = grant.granted.min(state.owed);
         state.owed -= repaid;
-        state.add_grant(grant.granted - repaid, grant.remaining, want, now);
+        let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
+        state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
         if grant.granted < ask {
             // Starved: global demand is above the limit (we got less than we asked for). Spend
             // what came, then deny locally while tokens refill in the global bucket (up to the
@@ -232,7 +236,7 @@ impl Leaser {
             let missing = needed.saturating_sub(state.lease).max(1);
             let until = bucket
                 .rate
-                .micros_until(grant.remaining, missing as f64)
+                .micros_until_at(grant.remaining, missing as f64, now)
                 .unwrap_or(u64::MAX);
             let horizon = micros(self.settings.lease_horizon);
             let ttl = micros(self.settings.lease_ttl).max(horizon);
@@ -314,7 +318,10 @@ impl Leaser {
     pub(crate) async fn return_tokens(&self, returns: Vec<Return>) {
         for r in returns {
             let started = Instant::now();
-            let result = self.store.release(&r.store_key, r.rate, r.tokens).await;
+            let result = self
+                .store
+                .release(&r.store_key, r.rate, r.tokens, r.window)
+                .await;
             self.observe(StoreOp::Release, started, &result);
             match result {
                 Ok(()) => self.metrics.tokens_returned(r.tokens),

@@ -80,6 +80,7 @@ impl Terms {
                     unit: self.rate.unit,
                     unit_multiplier: self.rate.unit_multiplier,
                     burst: (self.rate.burst / n).max(1),
+                    algorithm: sluice_core::bucket::Algorithm::TokenBucket,
                 };
                 (Mode::Local, share)
             }
@@ -253,6 +254,9 @@ pub fn settle(
     may_retry: bool,
 ) -> Settlement {
     debug_assert_eq!(terms.len(), states.len());
+    for s in states.iter_mut() {
+        s.expire(now);
+    }
     // Pass 1: can every enforcing bucket pay?
     let paid: SmallVec<[Result<(), Denial>; 4]> = terms
         .iter()
@@ -318,7 +322,7 @@ pub fn settle(
             let balance = (s.remaining(mode, &rate, now) + held).max(floor);
             let denial = p.err();
             let retry_after = match denial {
-                Some(Denial::Empty) => rate.micros_until(balance, t.need() as f64),
+                Some(Denial::Empty) => rate.micros_until_at(balance, t.need() as f64, now),
                 _ => None,
             };
             Verdict {
@@ -326,7 +330,7 @@ pub fn settle(
                 remaining: balance.max(0.0),
                 debt: (-balance).max(0.0),
                 clamped,
-                until_full: rate.micros_until_full(balance),
+                until_full: rate.micros_until_full_at(balance, now),
                 retry_after,
                 fallback: matches!(t.store, StoreStatus::Down { .. }),
                 refill_ahead,

@@ -68,13 +68,13 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now_micros();
         let mut next_full = u64::MAX;
         self.buckets.retain(|_, (rate, state)| {
-            let mut s = *state;
-            s.refill(rate, now);
-            let full = s.tokens >= rate.burst as f64;
+            let available = state.available_at(rate, now);
+            // A sliding window is full only once its previous window's hits no longer count.
+            let full = available >= rate.burst as f64;
             if !full {
                 // At least once a second: a bucket that never refills must not make every new
                 // key rescan the store, nor keep it from ever looking again.
-                let until = rate.micros_until(s.tokens, rate.burst as f64);
+                let until = rate.micros_until_at(available, rate.burst as f64, now);
                 let wait = until.unwrap_or(u64::MAX).clamp(1, 1_000_000);
                 next_full = next_full.min(now.saturating_add(wait));
             }
@@ -146,10 +146,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
         let grant = self.with_bucket(key, &rate, true, |b, now| {
             let granted = b.take_up_to(&rate, now, want);
-            LeaseGrant {
-                granted,
-                remaining: b.tokens,
-            }
+            LeaseGrant::of(granted, b.available(&rate), &rate, now)
         });
         Box::pin(async move { grant.ok_or(StoreError::Full) })
     }
@@ -161,26 +158,30 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         tokens: u64,
         max_debt: u64,
     ) -> StoreFuture<'a, LeaseGrant> {
-        let grant = self.with_bucket(key, &rate, true, |b, now| LeaseGrant {
-            granted: b.charge(&rate, now, tokens, max_debt),
-            remaining: b.tokens,
+        let grant = self.with_bucket(key, &rate, true, |b, now| {
+            let charged = b.charge(&rate, now, tokens, max_debt);
+            LeaseGrant::of(charged, b.available(&rate), &rate, now)
         });
         Box::pin(async move { grant.ok_or(StoreError::Full) })
     }
 
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.with_bucket(key, &rate, false, |b, now| b.give_back(&rate, now, tokens));
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.with_bucket(key, &rate, false, |b, now| {
+            b.give_back(&rate, now, tokens, window)
+        });
         Box::pin(async { Ok(()) })
     }
 
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         let now = self.clock.now_micros();
         let tokens = match self.buckets.get(&self.id(key)) {
-            Some(b) => {
-                let mut s = b.1;
-                s.refill(&rate, now);
-                s.tokens
-            }
+            Some(b) => b.1.available_at(&rate, now),
             None => rate.burst as f64,
         };
         Box::pin(async move { Ok(tokens) })
@@ -252,7 +253,7 @@ mod tests {
             Ok(0),
             "a held key keeps its state"
         );
-        store.release("e", rate, 5).await.expect("release");
+        store.release("e", rate, 5, 0).await.expect("release");
         assert_eq!(store.len(), 3, "a release on an absent key adds nothing");
         // After a second every bucket is full again: the same as absent, so room for new keys.
         clock.advance_millis(1_000);

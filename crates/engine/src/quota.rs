@@ -130,14 +130,14 @@ async fn limit_view(
             .global_remaining
             .unwrap_or_else(|| BucketState::full(&rate, now).tokens);
         view.global_remaining = Some(tokens);
-        view.until_full = until_full(&rate, tokens);
+        view.until_full = until_full(&rate, tokens, now);
         return;
     }
     let store_key = key::store_key(rule.fingerprint, entries);
     match leaser.peek_for_operator(&store_key, rate).await {
         Ok(tokens) => {
             view.global_remaining = Some(tokens);
-            view.until_full = until_full(&rate, tokens + view.local_lease as f64);
+            view.until_full = until_full(&rate, tokens + view.local_lease as f64, now);
         }
         Err(e) => view.store_error = Some(e),
     }
@@ -278,6 +278,6 @@ pub(crate) fn tracked_page(
     TrackedPage { keys, total, next }
 }
 
-fn until_full(rate: &Rate, tokens: f64) -> Duration {
-    Duration::from_micros(rate.micros_until_full(tokens))
+fn until_full(rate: &Rate, tokens: f64, now: u64) -> Duration {
+    Duration::from_micros(rate.micros_until_full_at(tokens, now))
 }

@@ -16,6 +16,30 @@ pub struct LeaseGrant {
     pub granted: u64,
     /// Tokens left in the global bucket after the grant (fractional).
     pub remaining: f64,
+    /// Windows (`fixed_window`, `sliding_window`): the window the tokens were taken from
+    /// ([`Rate::window`](sluice_core::bucket::Rate::window); 0 for a token bucket), which a
+    /// release must name.
+    pub window: u64,
+    /// Windows: microseconds until that window ends, by the store's clock. Leased tokens must
+    /// be spent before then (a later window has its own `L`); `None` for a token bucket, whose
+    /// leased tokens never lapse.
+    pub ends_in: Option<u64>,
+}
+
+impl LeaseGrant {
+    /// A grant of `granted` tokens leaving `remaining`, from the bucket `state` of `rate` at
+    /// `now` (the window it names, and when that ends).
+    pub fn of(granted: u64, remaining: f64, rate: &Rate, now: u64) -> Self {
+        Self {
+            granted,
+            remaining,
+            window: rate.window(now),
+            ends_in: rate
+                .algorithm
+                .is_window()
+                .then(|| sluice_core::window::until_window_end(rate, now)),
+        }
+    }
 }
 
 /// A global store failure.
@@ -61,8 +85,15 @@ pub trait GlobalStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, LeaseGrant>;
 
     /// Refills the bucket at `key` and puts `tokens` back, capped at the burst (an absent bucket
-    /// is full: nothing changes).
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()>;
+    /// is full: nothing changes). For a window, only if `window` (the grant's) is still the
+    /// current one: tokens of a window that is over are dropped, never given to the next.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()>;
 
     /// The bucket's tokens after a refill, without changing it.
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;

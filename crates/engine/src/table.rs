@@ -34,15 +34,25 @@ pub(crate) struct Return {
     pub(crate) rate: Rate,
     /// How many.
     pub(crate) tokens: u64,
+    /// The window they were leased from (windows only; the store drops them if it is over).
+    pub(crate) window: u64,
 }
 
 impl Return {
-    /// Takes the bucket's whole lease (the caller holds its lock), if it holds any.
-    fn take(key: &BucketKey, bucket: &LeaseBucket, state: &mut LeaseState) -> Option<Self> {
+    /// Takes the bucket's whole lease (the caller holds its lock), if it holds any that has
+    /// not lapsed with its window.
+    fn take(
+        key: &BucketKey,
+        bucket: &LeaseBucket,
+        state: &mut LeaseState,
+        now: u64,
+    ) -> Option<Self> {
+        state.expire(now);
         (state.lease > 0).then(|| Return {
             store_key: key::store_key_of(key),
             rate: bucket.rate,
             tokens: std::mem::take(&mut state.lease),
+            window: state.lease_window,
         })
     }
 }
@@ -138,7 +148,7 @@ impl BucketTable {
             } else {
                 let state = b.lock();
                 let left = state.remaining(b.mode, &b.rate, now);
-                let until = b.rate.micros_until(left, b.rate.burst as f64);
+                let until = b.rate.micros_until_at(left, b.rate.burst as f64, now);
                 next_at_rest = next_at_rest.min(until.unwrap_or(u64::MAX));
             }
         }
@@ -160,7 +170,7 @@ impl BucketTable {
             let keep =
                 bucket.last_used() > cutoff || bucket.last_used() >= now || !bucket.at_rest(now);
             if !keep {
-                returns.extend(Return::take(key, bucket, &mut bucket.lock()));
+                returns.extend(Return::take(key, bucket, &mut bucket.lock(), now));
             }
             keep
         });
@@ -185,7 +195,7 @@ impl BucketTable {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             let mut state = bucket.lock();
             if (is_idle || now.saturating_sub(state.leased_at) > ttl)
-                && let Some(r) = Return::take(key, bucket, &mut state)
+                && let Some(r) = Return::take(key, bucket, &mut state, now)
             {
                 returns.push(r);
                 // The global reading is stale once tokens went back; read it again on use.
@@ -202,13 +212,13 @@ impl BucketTable {
         returns
     }
 
-    /// Takes every lease this instance holds (at shutdown).
-    pub(crate) fn take_all_leases(&self) -> Vec<Return> {
+    /// Takes every lease this instance holds at `now` (at shutdown).
+    pub(crate) fn take_all_leases(&self, now: u64) -> Vec<Return> {
         self.map
             .iter()
             .filter_map(|entry| {
                 let bucket = entry.value();
-                Return::take(entry.key(), bucket, &mut bucket.lock())
+                Return::take(entry.key(), bucket, &mut bucket.lock(), now)
             })
             .collect()
     }

@@ -103,8 +103,14 @@ impl GlobalStore for Counting {
             Ok(grant)
         })
     }
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens)
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.release(key, rate, tokens, window)
     }
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         self.inner.peek(key, rate)

@@ -8,7 +8,8 @@ use std::sync::LazyLock;
 use redis::Script;
 use sluice_core::bucket::Rate;
 
-/// `lease.lua`: refill and take up to `want` tokens; returns `{granted, remaining_millitokens}`.
+/// `lease.lua`: refill and take up to `want` tokens; returns `{granted, remaining_millitokens,
+/// window, ends_in}`.
 pub static LEASE: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/lease.lua")));
 /// `release.lua`: refill and give tokens back (capped at the burst); returns remaining millitokens.
@@ -18,7 +19,7 @@ pub static RELEASE: LazyLock<Script> =
 pub static PEEK: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/peek.lua")));
 /// `charge.lua`: refill and charge usage after the fact, into debt down to `-max_debt`; returns
-/// `{charged, remaining_millitokens}`.
+/// `{charged, remaining_millitokens, window, ends_in}`.
 pub static CHARGE: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/charge.lua")));
 /// `demand.lua`: record one client's RLQS demand for a bucket and read every live client's.
@@ -34,7 +35,7 @@ fn bucket_script(body: &str) -> Script {
 }
 
 /// An invocation of a bucket script: KEYS[1] = `key`, ARGV = L, T (µs), B, `now` (empty: Redis
-/// TIME), then the script's own arguments.
+/// TIME), the algorithm's code, then the script's own arguments.
 pub fn bucket_call<'a>(
     script: &'a Script,
     key: &str,
@@ -47,7 +48,8 @@ pub fn bucket_call<'a>(
         .arg(rate.requests_per_unit)
         .arg(rate.period_micros())
         .arg(rate.burst)
-        .arg(now_micros.map(|n| n.to_string()).unwrap_or_default());
+        .arg(now_micros.map(|n| n.to_string()).unwrap_or_default())
+        .arg(rate.algorithm.code());
     for a in args {
         inv.arg(*a);
     }

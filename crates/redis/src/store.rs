@@ -170,24 +170,28 @@ impl RedisStore {
         .await
     }
 
-    /// Runs a script that answers `{tokens, remaining_millitokens}` (lease, charge).
+    /// Runs a script that answers `{tokens, remaining_millitokens, window, ends_in}` (lease,
+    /// charge; `ends_in` is -1 for a token bucket, whose tokens never lapse).
     async fn grant(&self, inv: &redis::ScriptInvocation<'_>) -> Result<LeaseGrant, StoreError> {
-        let (granted, milli): (u64, i64) = self.call(inv).await?;
+        let (granted, milli, window, ends_in): (u64, i64, u64, i64) = self.call(inv).await?;
         Ok(LeaseGrant {
             granted,
             remaining: milli as f64 / 1000.0,
+            window,
+            ends_in: u64::try_from(ends_in).ok(),
         })
     }
 
-    /// Release with an explicit `now`; returns the tokens left.
+    /// Release (into `window`, the grant's) with an explicit `now`; returns the tokens left.
     pub async fn release_at(
         &self,
         key: &str,
         rate: Rate,
         tokens: u64,
+        window: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens]);
+        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens, window]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -274,8 +278,18 @@ impl GlobalStore for RedisStore {
         Box::pin(self.charge_at(key, rate, tokens, max_debt, None))
     }
 
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.release_at(key, rate, tokens, None).await.map(|_| ()) })
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.release_at(key, rate, tokens, window, None)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {

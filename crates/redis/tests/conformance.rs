@@ -63,6 +63,7 @@ fn cases() -> Vec<Case> {
                 unit: Unit::Minute,
                 unit_multiplier: 1,
                 burst: 3,
+                algorithm: sluice_core::bucket::Algorithm::TokenBucket,
             },
             ops: vec![
                 Lease { at: START, want: 3 },
@@ -134,6 +135,7 @@ fn cases() -> Vec<Case> {
                 unit: Unit::Day,
                 unit_multiplier: 1,
                 burst: 2,
+                algorithm: sluice_core::bucket::Algorithm::TokenBucket,
             },
             ops: vec![
                 Lease { at: START, want: 1 },
@@ -153,6 +155,7 @@ fn cases() -> Vec<Case> {
                 unit: Unit::Year,
                 unit_multiplier: 1,
                 burst: 4_000_000_000,
+                algorithm: sluice_core::bucket::Algorithm::TokenBucket,
             },
             ops: vec![
                 Lease {
@@ -199,7 +202,7 @@ async fn on_memory(case: &Case) -> Vec<Seen> {
             Op::Release { at, tokens } => {
                 set(at);
                 store
-                    .release(&key, case.rate, tokens)
+                    .release(&key, case.rate, tokens, 0)
                     .await
                     .expect("release");
                 let left = store.peek(&key, case.rate).await.expect("peek");
@@ -229,7 +232,7 @@ async fn on_redis(store: &RedisStore, prefix: &str, case: &Case) -> Vec<Seen> {
             }
             Op::Release { at, tokens } => {
                 let left = store
-                    .release_at(&key, case.rate, tokens, Some(at))
+                    .release_at(&key, case.rate, tokens, 0, Some(at))
                     .await
                     .expect("release");
                 seen.push((0, (left * 1000.0).round() as i64));
@@ -314,6 +317,7 @@ async fn expiry_follows_time_to_full(store: &RedisStore, url: &str) {
                 unit: Unit::Second,
                 unit_multiplier: 1,
                 burst: 5,
+                algorithm: sluice_core::bucket::Algorithm::TokenBucket,
             },
             5,
             -1..=-1,
@@ -326,6 +330,7 @@ async fn expiry_follows_time_to_full(store: &RedisStore, url: &str) {
                 unit: Unit::Day,
                 unit_multiplier: 1,
                 burst: u64::from(u32::MAX),
+                algorithm: sluice_core::bucket::Algorithm::TokenBucket,
             },
             u64::from(u32::MAX),
             -1..=-1,

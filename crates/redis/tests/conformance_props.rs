@@ -7,7 +7,7 @@ mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
-use sluice_core::bucket::Rate;
+use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::{HumanDuration, RedisSettings};
 use sluice_core::{ManualClock, Unit};
 use sluice_engine::{GlobalStore, MemoryStore};
@@ -56,17 +56,25 @@ fn case() -> impl Strategy<Value = Case> {
             1u64..100_000,
             Just(u64::from(u32::MAX))
         ],
+        prop::sample::select(vec![
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+        ]),
     )
-        .prop_map(|(requests_per_unit, unit, unit_multiplier, burst)| Rate {
-            requests_per_unit,
-            unit,
-            // Periods up to the longest a config accepts (100 years).
-            unit_multiplier: unit_multiplier.min(
-                u32::try_from(sluice_core::bucket::MAX_PERIOD_SECS / unit.seconds())
-                    .unwrap_or(u32::MAX),
-            ),
-            burst,
-        });
+        .prop_map(
+            |(requests_per_unit, unit, unit_multiplier, burst, algorithm)| Rate {
+                requests_per_unit,
+                unit,
+                // Periods up to the longest a config accepts (100 years).
+                unit_multiplier: unit_multiplier.min(
+                    u32::try_from(sluice_core::bucket::MAX_PERIOD_SECS / unit.seconds())
+                        .unwrap_or(u32::MAX),
+                ),
+                burst,
+                algorithm,
+            },
+        );
     let op = prop_oneof![
         4 => amount().prop_map(Op::Lease),
         2 => amount().prop_map(Op::Release),
@@ -89,36 +97,49 @@ fn case() -> impl Strategy<Value = Case> {
 
 const START: u64 = 1_700_000_000_000_000;
 
-/// What each operation saw: (granted, remaining millitokens).
-async fn on_memory(c: &Case) -> Vec<(u64, i64)> {
+/// What each operation saw: (granted, remaining millitokens, the grant's window and its end).
+type Seen = (u64, i64, u64, Option<u64>);
+
+/// What each operation saw on the in-memory store. Releases name the window of the last grant.
+async fn on_memory(c: &Case) -> Vec<Seen> {
     let clock = ManualClock::at(START);
     let store = MemoryStore::new(clock.clone());
     let mut seen = Vec::new();
+    let mut window = 0;
     for &(step, op) in &c.ops {
         clock.advance_micros(step);
         let milli = |t: f64| (t * 1000.0).floor() as i64;
         seen.push(match op {
             Op::Lease(want) => {
                 let g = store.lease("k", c.rate, want).await.expect("lease");
-                (g.granted, milli(g.remaining))
+                window = g.window;
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
             }
             Op::Release(n) => {
-                store.release("k", c.rate, n).await.expect("release");
-                (0, milli(store.peek("k", c.rate).await.expect("peek")))
+                store
+                    .release("k", c.rate, n, window)
+                    .await
+                    .expect("release");
+                let left = store.peek("k", c.rate).await.expect("peek");
+                (0, milli(left), 0, None)
             }
-            Op::Peek => (0, milli(store.peek("k", c.rate).await.expect("peek"))),
+            Op::Peek => {
+                let left = store.peek("k", c.rate).await.expect("peek");
+                (0, milli(left), 0, None)
+            }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
-                (g.granted, milli(g.remaining))
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
             }
         });
     }
     seen
 }
 
-async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<(u64, i64)> {
+async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
     let mut now = START;
     let mut seen = Vec::new();
+    let mut window = 0;
     for &(step, op) in &c.ops {
         now += step;
         let milli = |t: f64| (t * 1000.0).round() as i64;
@@ -128,25 +149,26 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<(u64, i64)> {
                     .lease_at(key, c.rate, want, Some(now))
                     .await
                     .expect("lease");
-                (g.granted, milli(g.remaining))
+                window = g.window;
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
             }
             Op::Release(n) => {
                 let left = store
-                    .release_at(key, c.rate, n, Some(now))
+                    .release_at(key, c.rate, n, window, Some(now))
                     .await
                     .expect("release");
-                (0, milli(left))
+                (0, milli(left), 0, None)
             }
-            Op::Peek => (
-                0,
-                milli(store.peek_at(key, c.rate, Some(now)).await.expect("peek")),
-            ),
+            Op::Peek => {
+                let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
+                (0, milli(left), 0, None)
+            }
             Op::Charge(n, debt) => {
                 let g = store
                     .charge_at(key, c.rate, n, debt, Some(now))
                     .await
                     .expect("charge");
-                (g.granted, milli(g.remaining))
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
             }
         });
     }

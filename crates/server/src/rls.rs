@@ -187,6 +187,7 @@ mod tests {
             unit,
             unit_multiplier,
             burst: requests_per_unit,
+            algorithm: sluice_core::bucket::Algorithm::TokenBucket,
         })
     }
 

@@ -211,7 +211,11 @@ pub struct RateLimitConfig {
     /// Names of rules this one replaces when both match one request.
     #[serde(default, deserialize_with = "null_as_empty")]
     pub replaces: Vec<ReplacesConfig>,
-    /// sluice: bucket size; defaults to `requests_per_unit`.
+    /// sluice: how the limit counts: `token_bucket` (default), `fixed_window` (envoyproxy/
+    /// ratelimit's counting) or `sliding_window`.
+    pub algorithm: Option<crate::bucket::Algorithm>,
+    /// sluice: bucket size; defaults to `requests_per_unit` (token buckets only: a window holds
+    /// `requests_per_unit`).
     pub burst: Option<u32>,
     /// sluice: how the limit is shared across instances.
     pub mode: Option<Mode>,

@@ -143,7 +143,8 @@ fn nested_rules_apply_only_at_the_last_entry() {
                 requests_per_unit: 100,
                 unit: Unit::Second,
                 unit_multiplier: 1,
-                burst: 200
+                burst: 200,
+                algorithm: crate::bucket::Algorithm::TokenBucket,
             },
             mode: Mode::Local,
             fallback: Fallback::LocalShare,

@@ -458,8 +458,14 @@ impl GlobalStore for Outage {
     ) -> StoreFuture<'a, LeaseGrant> {
         self.call(|s| s.charge(key, rate, tokens, max_debt))
     }
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.call(|s| s.release(key, rate, tokens))
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.call(|s| s.release(key, rate, tokens, window))
     }
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         self.call(|s| s.peek(key, rate))
@@ -557,8 +563,14 @@ impl GlobalStore for SlowStore {
     ) -> StoreFuture<'a, LeaseGrant> {
         self.inner.charge(key, rate, tokens, max_debt)
     }
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens)
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.release(key, rate, tokens, window)
     }
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         self.inner.peek(key, rate)
@@ -673,8 +685,14 @@ impl GlobalStore for SlowReads {
     ) -> StoreFuture<'a, LeaseGrant> {
         self.inner.charge(key, rate, tokens, max_debt)
     }
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, tokens: u64) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens)
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.release(key, rate, tokens, window)
     }
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         use std::sync::atomic::Ordering::SeqCst;

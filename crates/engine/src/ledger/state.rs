@@ -11,6 +11,12 @@ pub struct LeaseState {
     pub local: BucketState,
     /// Strict/exact: leased tokens not yet spent.
     pub lease: u64,
+    /// Windows: the window the lease was taken from (a release names it).
+    pub lease_window: u64,
+    /// Windows: when the lease lapses (this clock's time for the store's end of that window,
+    /// measured from when the lease call was sent, so never later than the true end);
+    /// `u64::MAX` for a token bucket, whose leased tokens never lapse.
+    pub lease_until: u64,
     /// Global tokens left after our last store call (for reporting `limit_remaining`).
     pub global_remaining: f64,
     /// Whether `global_remaining` has been read at least once.
@@ -48,6 +54,8 @@ impl LeaseState {
         Self {
             local: BucketState::full(rate, now),
             lease: 0,
+            lease_window: 0,
+            lease_until: u64::MAX,
             global_remaining: rate.burst as f64,
             global_known: false,
             global_read_at: now,
@@ -63,15 +71,30 @@ impl LeaseState {
         }
     }
 
+    /// Drops a window's lease once its window is over: its tokens belong to a window that has
+    /// ended, and spending them in the next one would admit more than `L` there. Called before
+    /// any read of the lease.
+    pub fn expire(&mut self, now: u64) {
+        if now >= self.lease_until {
+            self.lease = 0;
+            self.lease_until = u64::MAX;
+        }
+    }
+
     /// Tokens this instance can spend now without asking the store.
     pub fn spendable(&self, mode: Mode, rate: &Rate, now: u64) -> u64 {
         match mode {
-            Mode::Local => {
-                let mut b = self.local;
-                b.refill(rate, now);
-                b.tokens.floor().max(0.0) as u64
-            }
-            Mode::Strict | Mode::Exact => self.lease,
+            Mode::Local => self.local.available_at(rate, now).floor().max(0.0) as u64,
+            Mode::Strict | Mode::Exact => self.live_lease(now),
+        }
+    }
+
+    /// The lease, unless it lapsed with its window.
+    fn live_lease(&self, now: u64) -> u64 {
+        if now < self.lease_until {
+            self.lease
+        } else {
+            0
         }
     }
 
@@ -93,17 +116,20 @@ impl LeaseState {
     /// or the local bucket.
     pub fn remaining(&self, mode: Mode, rate: &Rate, now: u64) -> f64 {
         match mode {
-            Mode::Local => {
-                let mut b = self.local;
-                b.refill(rate, now);
-                b.tokens
-            }
+            Mode::Local => self.local.available_at(rate, now),
             Mode::Strict | Mode::Exact => {
-                let global = rate.refill(
-                    self.global_remaining,
-                    now.saturating_sub(self.global_read_at),
-                );
-                self.lease as f64 + global - self.debt_pending as f64
+                let global = if !rate.algorithm.is_window() {
+                    rate.refill(
+                        self.global_remaining,
+                        now.saturating_sub(self.global_read_at),
+                    )
+                } else if rate.window(now) == rate.window(self.global_read_at) {
+                    self.global_remaining
+                } else {
+                    // A window began since the reading: as far as this instance knows, full.
+                    rate.burst as f64
+                };
+                self.live_lease(now) as f64 + global - self.debt_pending as f64
             }
         }
     }
@@ -137,6 +163,27 @@ impl LeaseState {
             && (mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64)
     }
 
+    /// Adds a grant of a `want`-token request, sent at `now`, to the lease and updates the demand
+    /// estimate. A window's grant (`window`, ending `ends_in` after the store's answer) replaces
+    /// a lease of an earlier window instead of adding to it.
+    pub fn add_window_grant(
+        &mut self,
+        granted: u64,
+        remaining: f64,
+        want: u64,
+        now: u64,
+        window: Option<(u64, u64)>,
+    ) {
+        if let Some((window, ends_in)) = window {
+            if window != self.lease_window {
+                self.lease = 0;
+            }
+            self.lease_window = window;
+            self.lease_until = now.saturating_add(ends_in);
+        }
+        self.add_grant(granted, remaining, want, now);
+    }
+
     /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
     pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
         // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
@@ -155,9 +202,6 @@ impl LeaseState {
         // The fallback's local bucket starts empty from each grant and refills at the share's
         // rate: while the store answers, the global bucket holds this key's burst, so an outage
         // must not add another one on top.
-        self.local = BucketState {
-            tokens: 0.0,
-            updated_micros: now,
-        };
+        self.local = BucketState::empty(now);
     }
 }

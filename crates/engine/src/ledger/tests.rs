@@ -17,6 +17,7 @@ fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
             unit: Unit::Second,
             unit_multiplier: 1,
             burst,
+            algorithm: sluice_core::bucket::Algorithm::TokenBucket,
         },
         shadow: false,
         store: StoreStatus::Up,

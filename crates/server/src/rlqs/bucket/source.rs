@@ -41,11 +41,11 @@ impl Source {
         if tokens == 0 {
             return;
         }
-        if let Err(e) = self.store.release(&self.key, self.rate, tokens).await {
+        if let Err(e) = self.store.release(&self.key, self.rate, tokens, 0).await {
             tracing::debug!(key = %self.key, error = %e, "RLQS tokens not returned");
         }
         for f in &self.further {
-            if let Err(e) = f.store.release(&f.key, f.rate, tokens).await {
+            if let Err(e) = f.store.release(&f.key, f.rate, tokens, 0).await {
                 tracing::debug!(key = %f.key, error = %e, "RLQS tokens not returned");
             }
         }
@@ -72,13 +72,16 @@ impl Source {
             grants.iter().copied().fold(first, u64::min)
         };
         if first > kept
-            && let Err(e) = self.store.release(&self.key, self.rate, first - kept).await
+            && let Err(e) = self
+                .store
+                .release(&self.key, self.rate, first - kept, 0)
+                .await
         {
             tracing::debug!(key = %self.key, error = %e, "RLQS tokens not returned");
         }
         for (f, granted) in self.further.iter().zip(grants) {
             if granted > kept
-                && let Err(e) = f.store.release(&f.key, f.rate, granted - kept).await
+                && let Err(e) = f.store.release(&f.key, f.rate, granted - kept, 0).await
             {
                 tracing::debug!(key = %f.key, error = %e, "RLQS tokens not returned");
             }
