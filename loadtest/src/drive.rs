@@ -58,6 +58,8 @@ pub struct Tally {
     pub errors: AtomicU64,
     /// Latencies in microseconds, with the send time (ms since start).
     pub latencies: std::sync::Mutex<Vec<(u64, u64)>>,
+    /// Every request on the Unix clock, for per-window checks.
+    pub log: crate::windows::Log,
 }
 
 impl Tally {
@@ -68,6 +70,7 @@ impl Tally {
             sent: (0..keys).map(|_| AtomicU64::new(0)).collect(),
             errors: AtomicU64::new(0),
             latencies: std::sync::Mutex::new(Vec::new()),
+            log: crate::windows::Log::default(),
         })
     }
 
@@ -105,6 +108,8 @@ pub async fn drive(
     seed: u64,
 ) {
     let inflight = Arc::new(Semaphore::new(256));
+    // The Unix clock windows are aligned to (as Redis TIME is).
+    let unix = sluice_core::SystemClock::new();
     let mut rng = seed | 1;
     let mut sent = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
@@ -126,19 +131,29 @@ pub async fn drive(
             let mut client = client.clone();
             let tally = Arc::clone(&tally);
             tokio::spawn(async move {
+                use sluice_core::Clock as _;
                 let _permit = permit;
                 let sent_at = Instant::now();
+                let sent_unix = unix.now_micros();
                 tally.sent[key].fetch_add(1, Ordering::Relaxed);
+                let mut admitted = false;
                 match client.should_rate_limit(request(key)).await {
                     Ok(r) => {
                         if r.into_inner().overall_code == Code::Ok as i32 {
                             tally.admitted[key].fetch_add(1, Ordering::Relaxed);
+                            admitted = true;
                         }
                     }
                     Err(_) => {
                         tally.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                tally.log.push(crate::windows::Record {
+                    sent: sent_unix,
+                    answered: unix.now_micros(),
+                    key,
+                    admitted,
+                });
                 let micros = sent_at.elapsed().as_micros() as u64;
                 let at_ms = sent_at.duration_since(start).as_millis() as u64;
                 if let Ok(mut l) = tally.latencies.lock() {
