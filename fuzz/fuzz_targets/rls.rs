@@ -43,6 +43,21 @@ domains:
         rate_limit: {unit: second, requests_per_unit: 100, charge: post_paid}
       - key: q
         rate_limit: {unit: second, requests_per_unit: 4, mode: local, charge: post_paid, max_debt: 9}
+      - key: fw
+        rate_limit: {unit: second, requests_per_unit: 5, algorithm: fixed_window}
+      - key: sw
+        rate_limit: {unit: second, unit_multiplier: 3, requests_per_unit: 5, algorithm: sliding_window, mode: local}
+      - key: m
+        rate_limits:
+          - {unit: second, requests_per_unit: 5}
+          - {unit: minute, requests_per_unit: 20, algorithm: fixed_window}
+      - key: qm
+        quota_mode: true
+        rate_limit: {unit: second, requests_per_unit: 2}
+      - key: f
+        value: "f*"
+        share_threshold: true
+        rate_limit: {unit: second, requests_per_unit: 3}
 "#,
     )
     .expect("fuzz rules")
@@ -69,7 +84,8 @@ domains:
 
 #[derive(Debug, Arbitrary)]
 struct Descriptor {
-    /// 0..7: a rule key (a, l, x, s, post-paid p and q) or none; else `raw_key` itself.
+    /// 0..12: a rule key (a, l, x, s, post-paid p and q, windows fw and sw, several limits m,
+    /// a quota qm, a shared pattern f) or none; else `raw_key` itself.
     key: u8,
     raw_key: String,
     value: String,
@@ -93,7 +109,7 @@ fn request(input: &Input) -> Envoy {
             .descriptors
             .iter()
             .map(|d| {
-                let key = match d.key % 8 {
+                let key = match d.key % 13 {
                     0 => "a",
                     1 => "l",
                     2 => "x",
@@ -101,6 +117,11 @@ fn request(input: &Input) -> Envoy {
                     4 => "o",
                     5 => "p",
                     6 => "q",
+                    7 => "fw",
+                    8 => "sw",
+                    9 => "m",
+                    10 => "qm",
+                    11 => "f",
                     _ => d.raw_key.as_str(),
                 };
                 let mut entries = vec![Entry {
@@ -142,7 +163,11 @@ fuzz_target!(|input: Input| {
     }));
     assert_eq!(decision.outcomes.len(), descriptors.len());
     if decision.overall == Code::Ok {
-        assert!(decision.outcomes.iter().all(|o| o.code == Code::Ok));
+        // Only a quota may say OVER_LIMIT in a request that passes (another quota let it pass).
+        assert!(decision
+            .outcomes
+            .iter()
+            .all(|o| o.code == Code::Ok || o.limit.is_some_and(|l| l.quota)));
     }
     for o in &decision.outcomes {
         // Debt never passes a post-paid rule's bound, whatever was reported.

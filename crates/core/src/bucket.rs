@@ -88,20 +88,27 @@ impl Rate {
     }
 
     /// Microseconds until a bucket holding `tokens` (as available now) holds `target`, at `now`:
-    /// [`micros_until`](Self::micros_until) for a token bucket; for a window, the window's end
-    /// (a sliding window may need a little longer: the hits of the window ending then still
-    /// count, fading); `None` if it never will.
+    /// [`micros_until`](Self::micros_until) for a token bucket; for a fixed window, the window's
+    /// end; for a sliding window an estimate: the previous window's hits fade out over the
+    /// period, at most `L` per period, so the time for `L/T` to free the missing tokens (exact
+    /// when the previous window used its whole limit, as under steady overload; too early
+    /// otherwise, and a caller asking again then is told again). `None` if it never will.
     pub fn micros_until_at(&self, tokens: f64, target: f64, now_micros: u64) -> Option<u64> {
-        if !self.algorithm.is_window() {
-            return self.micros_until(tokens, target);
+        match self.algorithm {
+            Algorithm::TokenBucket => return self.micros_until(tokens, target),
+            _ if tokens >= target => return Some(0),
+            _ if target > self.burst as f64 => return None,
+            _ => {}
         }
-        if tokens >= target {
-            Some(0)
-        } else if target > self.burst as f64 {
-            None
-        } else {
-            Some(crate::window::until_window_end(self, now_micros))
+        let window_end = crate::window::until_window_end(self, now_micros);
+        if self.algorithm == Algorithm::SlidingWindow && self.burst > 0 {
+            let fading =
+                ((target - tokens) * self.period_micros() as f64 / self.burst as f64).ceil();
+            // Never past the end of the next window, when every hit counted now is forgotten.
+            let sure = window_end.saturating_add(self.period_micros());
+            return Some((fading as u64).min(sure));
         }
+        Some(window_end)
     }
 
     /// Microseconds until a bucket holding `tokens` (as available now) is full again: for a
@@ -252,6 +259,16 @@ impl BucketState {
         let charged = if (n as f64) <= room { n } else { room as u64 };
         self.tokens = (self.tokens - charged as f64).max((floor + held).min(self.tokens));
         charged
+    }
+
+    /// Refills, then closes window `window` (nothing left in it, debt kept) if it is still the
+    /// bucket's current one: a fixed window's denial counted as envoyproxy/ratelimit counts it.
+    /// Nothing for the other algorithms.
+    pub fn close(&mut self, rate: &Rate, now_micros: u64, window: u64) {
+        self.refill(rate, now_micros);
+        if rate.algorithm == Algorithm::FixedWindow && rate.window(self.updated_micros) == window {
+            self.tokens = self.tokens.min(0.0);
+        }
     }
 
     /// Refills, then puts `n` unspent tokens back, capped at the burst. For a window, only into

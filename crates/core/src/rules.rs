@@ -105,6 +105,10 @@ pub struct Rule {
     pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
+    /// A `fixed_window` rule whose denials count their hits (`count_denied`, default on): a
+    /// request the window denies closes it until it ends, as envoyproxy/ratelimit's counter
+    /// passing the limit does.
+    pub count_denied: bool,
     /// The ids of every limit of its descriptor (`rate_limits`), itself included, in file order:
     /// a request passes only if all of them can pay. One id for a single `rate_limit`.
     pub limits: std::ops::Range<RuleId>,
@@ -486,6 +490,7 @@ fn compile_rule(
             ));
         }
         if rl.burst.is_some()
+            || rl.count_denied.is_some()
             || rl.algorithm.is_some()
             || rl.unit_multiplier.is_some()
             || rl.mode.is_some()
@@ -518,6 +523,12 @@ fn compile_rule(
                     "burst applies to algorithm: token_bucket; a {} holds requests_per_unit",
                     algorithm.as_str().replace('_', " ")
                 ),
+            ));
+        }
+        if rl.count_denied.is_some() && algorithm != crate::bucket::Algorithm::FixedWindow {
+            return Err(err(
+                line,
+                "count_denied applies to algorithm: fixed_window".into(),
             ));
         }
         let burst = rl.burst.map_or(rpu, u64::from);
@@ -564,6 +575,13 @@ fn compile_rule(
             payment,
         }
     };
+    let count_denied = match limit {
+        Limit::Limited { rate, .. } => {
+            rate.algorithm == crate::bucket::Algorithm::FixedWindow
+                && rl.count_denied.unwrap_or(true)
+        }
+        Limit::Unlimited => false,
+    };
     let mut replaces = Vec::with_capacity(rl.replaces.len());
     for r in &rl.replaces {
         if r.name.is_empty() {
@@ -592,6 +610,7 @@ fn compile_rule(
         shadow_mode,
         quota_mode: false,
         metadata: None,
+        count_denied,
         limits: id..id + 1,
         replaces,
         fingerprint,

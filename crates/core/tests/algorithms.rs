@@ -61,3 +61,23 @@ fn only_windows_change_a_rules_identity() {
     let sliding = fingerprint("{unit: minute, requests_per_unit: 5, algorithm: sliding_window}");
     assert!(plain != fixed && fixed != sliding && plain != sliding);
 }
+
+#[test]
+fn count_denied_belongs_to_fixed_windows() {
+    let rules = |rl: &str| parse_config(&domain(rl)).map(|c| c.rules.rules()[0].count_denied);
+    assert_eq!(
+        rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window}"),
+        Ok(true),
+        "on by default, as upstream counts"
+    );
+    assert_eq!(
+        rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: false}"),
+        Ok(false)
+    );
+    let e = rules("{unit: minute, requests_per_unit: 5, count_denied: true}").expect_err("refused");
+    assert!(
+        e.message
+            .contains("count_denied applies to algorithm: fixed_window"),
+        "{e}"
+    );
+}

@@ -79,6 +79,8 @@ pub struct LimitInfo {
     /// Whether the rule is a quota (`quota_mode`): its denial blocks the request only when every
     /// quota of the request denies it.
     pub quota: bool,
+    /// A fixed window whose denials count (`count_denied`): a request it denies closes it.
+    pub count_denied: bool,
     /// When hits are paid (post-paid: reports go into bounded debt).
     pub payment: Payment,
 }

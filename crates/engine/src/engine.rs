@@ -205,6 +205,13 @@ impl Engine {
             let metrics = &self.leaser.metrics;
             metrics.usage(UsageOutcome::Reported, charge.reported);
             metrics.usage(UsageOutcome::Clamped, v.clamped);
+            if let Some(window) = v.close_window {
+                self.leaser.close_window_later(
+                    &charge.bucket,
+                    charge.entries(req.descriptors),
+                    window,
+                );
+            }
             if v.refill_ahead {
                 self.leaser.refill_ahead(
                     Arc::clone(&charge.bucket),

@@ -181,7 +181,14 @@ impl Leaser {
                 state.demand_per_sec,
             )
         };
-        let want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        if bucket.rate.algorithm.is_window() {
+            // A window's lease lapses when the window ends: ask for no more than this
+            // instance can spend before then (its clock's idea of the end), so few leased
+            // tokens go unspent at the edge.
+            let left = sluice_core::window::until_window_end(&bucket.rate, now) as f64 / 1e6;
+            want = want.min(((demand * left).ceil() as u64).max(missing));
+        }
         self.lease(bucket, store_key, want, charge.hits, now).await
     }
 
@@ -233,7 +240,19 @@ impl Leaser {
             // take longer to refill; the in-process store as soon as they are due. Never later
             // than `lease_ttl`, so a reset, a returned lease or a rate that never refills is
             // seen again soon, and a key can always lease again (no lockout).
-            let missing = needed.saturating_sub(state.lease).max(1);
+            //
+            // A sliding window is the exception: nothing accumulates for later (what a window
+            // leaves unused is gone when it ends) while the previous window's hits fade out
+            // continuously, so a starved sidecar asks again as soon as a whole lease has faded
+            // in, at least a quarter horizon apart; waiting a horizon for it capped what all
+            // sidecars together could take at their lease size per horizon (90% of L with the
+            // defaults and 4 sidecars, `loadtest/RESULTS.md`).
+            let sliding = bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
+            let missing = if sliding {
+                want.max(1)
+            } else {
+                needed.saturating_sub(state.lease).max(1)
+            };
             let until = bucket
                 .rate
                 .micros_until_at(grant.remaining, missing as f64, now)
@@ -242,6 +261,8 @@ impl Leaser {
             let ttl = micros(self.settings.lease_ttl).max(horizon);
             let wait = if self.store.is_in_process() {
                 until.max(1)
+            } else if sliding {
+                until.max(horizon / 4)
             } else {
                 until.max(horizon)
             };
@@ -296,6 +317,35 @@ impl Leaser {
                 if low {
                     leaser.lease(&bucket, &store_key, want, 0, now).await;
                 }
+            },
+            &handle,
+        );
+    }
+
+    /// Closes window `window` of a fixed window in the global store in the background, so every
+    /// sidecar's next lease in it gets nothing (the store ignores it once that window is over:
+    /// a late call never closes the next one). A denial counted this way costs one store call
+    /// per sidecar and window at most: the key is starved until the window ends.
+    pub(crate) fn close_window_later(
+        self: &Arc<Self>,
+        bucket: &LeaseBucket,
+        entries: &[sluice_core::Entry],
+        window: u64,
+    ) {
+        if self.store.degraded() || self.stopping.is_cancelled() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store_key = key::store_key(bucket.identity, entries);
+        let rate = bucket.rate;
+        let leaser = Arc::clone(self);
+        self.tasks.spawn_on(
+            async move {
+                let started = Instant::now();
+                let result = leaser.store.close_window(&store_key, rate, window).await;
+                leaser.observe(StoreOp::Charge, started, &result);
             },
             &handle,
         );

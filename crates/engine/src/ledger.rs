@@ -51,6 +51,9 @@ pub struct Terms {
     pub checked: bool,
     /// A quota (`quota_mode`): its denial blocks the request only if every quota's does.
     pub quota: bool,
+    /// A fixed window whose denials count (`count_denied`): denying a request for lack of
+    /// tokens closes the window until it ends (its hits push the counter past the limit).
+    pub count_denied: bool,
     /// Post-paid usage reported on this bucket: charged in full whatever else happens.
     pub reported: u64,
     /// Post-paid rules: the most debt the bucket may carry.
@@ -225,6 +228,9 @@ pub struct Verdict {
     /// A leased bucket ran low while the store is up and the key is not starved: refill its
     /// lease in the background now, before requests have to wait for it.
     pub refill_ahead: bool,
+    /// A leased fixed window denied this request and counts denials: close this window (its
+    /// id) in the store too, so every sidecar denies until it ends.
+    pub close_window: Option<u64>,
 }
 
 /// The outcome of [`settle`]. Returned on the stack once per decision: boxing the verdicts would
@@ -310,6 +316,34 @@ pub fn settle(
                     && s.lease_is_low()
                     && now >= s.retry_at;
             }
+            // A fixed window counting denials: the hits it denied count, so it is closed until
+            // it ends (here at once; in the store by the caller, for a leased rule).
+            let close = t.count_denied
+                && *p == Err(Denial::Empty)
+                && t.hits > 0
+                && t.store == StoreStatus::Up;
+            // The window denied in: the lease's (the store's count) while it lives, else ours.
+            let window = if now < s.lease_until && s.lease_until != u64::MAX {
+                s.lease_window
+            } else {
+                rate.window(now)
+            };
+            if close {
+                match t.mode {
+                    Mode::Local => {
+                        s.local.refill(&rate, now);
+                        s.local.tokens = s.local.tokens.min(0.0);
+                    }
+                    Mode::Strict | Mode::Exact => {
+                        // What is left of the lease counts as spent, like the rest of the window.
+                        s.lease = 0;
+                        s.global_remaining = s.global_remaining.min(0.0);
+                        s.global_read_at = now;
+                        let end = sluice_core::window::until_window_end(&rate, now);
+                        s.retry_at = s.retry_at.max(now.saturating_add(end));
+                    }
+                }
+            }
             let clamped = if t.reported > 0 {
                 t.report(s, mode, &rate, now)
             } else {
@@ -334,6 +368,7 @@ pub fn settle(
                 retry_after,
                 fallback: matches!(t.store, StoreStatus::Down { .. }),
                 refill_ahead,
+                close_window: (close && t.mode != Mode::Local).then_some(window),
             }
         })
         .collect();

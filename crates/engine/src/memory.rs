@@ -178,6 +178,11 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         Box::pin(async { Ok(()) })
     }
 
+    fn close_window<'a>(&'a self, key: &'a str, rate: Rate, window: u64) -> StoreFuture<'a, ()> {
+        self.with_bucket(key, &rate, false, |b, now| b.close(&rate, now, window));
+        Box::pin(async { Ok(()) })
+    }
+
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         let now = self.clock.now_micros();
         let tokens = match self.buckets.get(&self.id(key)) {

@@ -95,6 +95,14 @@ pub trait GlobalStore: Send + Sync + 'static {
         window: u64,
     ) -> StoreFuture<'a, ()>;
 
+    /// Closes window `window` of the fixed-window bucket at `key` (no token left in it) if it is
+    /// still the current window; does nothing otherwise, nor to an absent bucket. A fixed
+    /// window counting denials calls it when it denies (`count_denied`). By default a no-op.
+    fn close_window<'a>(&'a self, key: &'a str, rate: Rate, window: u64) -> StoreFuture<'a, ()> {
+        let _ = (key, rate, window);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// The bucket's tokens after a refill, without changing it.
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;
 

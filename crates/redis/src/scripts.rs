@@ -22,6 +22,10 @@ pub static PEEK: LazyLock<Script> =
 /// `{charged, remaining_millitokens, window, ends_in}`.
 pub static CHARGE: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/charge.lua")));
+/// `close.lua`: close a fixed window if it is still the current one; returns remaining
+/// millitokens.
+pub static CLOSE: LazyLock<Script> =
+    LazyLock::new(|| bucket_script(include_str!("../lua/close.lua")));
 /// `demand.lua`: record one client's RLQS demand for a bucket and read every live client's.
 pub static DEMAND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/demand.lua")));

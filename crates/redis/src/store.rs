@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
-use crate::scripts::{self, CHARGE, DEMAND, HEARTBEAT, LEASE, PEEK, RELEASE};
+use crate::scripts::{self, CHARGE, CLOSE, DEMAND, HEARTBEAT, LEASE, PEEK, RELEASE};
 
 /// The key of the live-instance set (one key, so it works the same on a cluster).
 const INSTANCES_KEY: &str = "sluice:{instances}";
@@ -196,6 +196,19 @@ impl RedisStore {
         Ok(milli as f64 / 1000.0)
     }
 
+    /// Close window `window` of a fixed window with an explicit `now`; returns the tokens left.
+    pub async fn close_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        window: u64,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let inv = scripts::bucket_call(&CLOSE, key, &rate, now, &[window]);
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
     /// Peek with an explicit `now`.
     pub async fn peek_at(
         &self,
@@ -294,6 +307,10 @@ impl GlobalStore for RedisStore {
 
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         Box::pin(self.peek_at(key, rate, None))
+    }
+
+    fn close_window<'a>(&'a self, key: &'a str, rate: Rate, window: u64) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.close_at(key, rate, window, None).await.map(|_| ()) })
     }
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {

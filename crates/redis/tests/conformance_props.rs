@@ -20,6 +20,8 @@ enum Op {
     Peek,
     /// Usage after the fact: (tokens, max_debt).
     Charge(u64, u64),
+    /// Close the window of the last grant (a counted denial).
+    Close,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +81,7 @@ fn case() -> impl Strategy<Value = Case> {
         4 => amount().prop_map(Op::Lease),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
+        1 => Just(Op::Close),
         2 => (amount(), prop_oneof![
             0u64..4,
             0u64..100_000,
@@ -127,6 +130,14 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                 let left = store.peek("k", c.rate).await.expect("peek");
                 (0, milli(left), 0, None)
             }
+            Op::Close => {
+                store
+                    .close_window("k", c.rate, window)
+                    .await
+                    .expect("close");
+                let left = store.peek("k", c.rate).await.expect("peek");
+                (0, milli(left), 0, None)
+            }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
                 (g.granted, milli(g.remaining), g.window, g.ends_in)
@@ -161,6 +172,13 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
             }
             Op::Peek => {
                 let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
+                (0, milli(left), 0, None)
+            }
+            Op::Close => {
+                let left = store
+                    .close_at(key, c.rate, window, Some(now))
+                    .await
+                    .expect("close");
                 (0, milli(left), 0, None)
             }
             Op::Charge(n, debt) => {

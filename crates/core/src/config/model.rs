@@ -214,6 +214,10 @@ pub struct RateLimitConfig {
     /// sluice: how the limit counts: `token_bucket` (default), `fixed_window` (envoyproxy/
     /// ratelimit's counting) or `sliding_window`.
     pub algorithm: Option<crate::bucket::Algorithm>,
+    /// sluice, `fixed_window` only: whether a request the window denies counts its hits, as
+    /// envoyproxy/ratelimit's counter does by default (true: the window is closed until it
+    /// ends); false is its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    pub count_denied: Option<bool>,
     /// sluice: bucket size; defaults to `requests_per_unit` (token buckets only: a window holds
     /// `requests_per_unit`).
     pub burst: Option<u32>,

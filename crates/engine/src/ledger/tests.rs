@@ -9,6 +9,7 @@ fn terms(hits: u64, mode: Mode, burst: u64) -> Terms {
         hits,
         checked: true,
         quota: false,
+        count_denied: false,
         reported: 0,
         max_debt: None,
         mode,

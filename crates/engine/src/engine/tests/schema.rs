@@ -174,3 +174,80 @@ async fn every_limit_of_a_descriptor_must_pay_and_the_tightest_answers() {
         "the denied request charged nothing on the second's limit: {per_second}"
     );
 }
+
+/// A fixed window counts the hits it denies (envoyproxy/ratelimit's counter passes the limit):
+/// the window is closed until it ends, for every sidecar on the store; `count_denied: false`
+/// counts nothing, so a smaller request still passes.
+#[tokio::test]
+async fn a_fixed_window_closes_on_a_denial_unless_told_not_to_count_it() {
+    const WINDOWS: &str = r#"
+domains:
+  - domain: d
+    descriptors:
+      - key: counted
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
+      - key: uncounted
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: false}
+      - key: local
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, mode: local}
+"#;
+    // A minute's window starting at 0, so every step below stays inside it.
+    let clock = ManualClock::at(60_000_000 * 1_000);
+    let store = MemoryStore::new(clock.clone());
+    let engine = || {
+        Engine::new(
+            parse_config(WINDOWS).expect("config").rules,
+            store.clone(),
+            Arc::new(clock.clone()),
+            EngineSettings::default(),
+            EngineMetrics::unregistered(),
+        )
+    };
+    let (a, b) = (engine(), engine());
+    let hits = |key: &str, n: u64| {
+        let mut d = d(&[(key, "k")]);
+        d.hits_addend = Some(n);
+        [d]
+    };
+    for key in ["counted", "uncounted", "local"] {
+        assert_eq!(ask(&a, &hits(key, 3)).await.overall, Code::Ok, "{key}");
+        assert_eq!(
+            ask(&a, &hits(key, 3)).await.overall,
+            Code::OverLimit,
+            "{key}: 2 left"
+        );
+    }
+    // Let the background close reach the store.
+    a.leaser.stop_background().await;
+    assert_eq!(
+        ask(&a, &hits("counted", 1)).await.overall,
+        Code::OverLimit,
+        "the denial closed the window"
+    );
+    // What a holds goes back to the store (the counted window's lease was spent by the close).
+    a.return_all_leases().await;
+    assert_eq!(
+        ask(&b, &hits("counted", 1)).await.overall,
+        Code::OverLimit,
+        "for every sidecar"
+    );
+    assert_eq!(
+        ask(&b, &hits("uncounted", 2)).await.overall,
+        Code::Ok,
+        "the uncounted window's 2 went back"
+    );
+    assert_eq!(
+        ask(&a, &hits("local", 1)).await.overall,
+        Code::OverLimit,
+        "a local window too"
+    );
+
+    clock.advance_millis(60_000);
+    for key in ["counted", "local"] {
+        assert_eq!(
+            ask(&a, &hits(key, 5)).await.overall,
+            Code::Ok,
+            "{key}: a new window starts full"
+        );
+    }
+}
