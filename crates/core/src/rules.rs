@@ -105,7 +105,7 @@ pub struct Rule {
     pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
-    /// A `fixed_window` rule whose denials count their hits (`count_denied`, default on): a
+    /// A `fixed_window` rule whose denials count their hits (`count_denied`, default off): a
     /// request the window denies closes it until it ends, as envoyproxy/ratelimit's counter
     /// passing the limit does.
     pub count_denied: bool,
@@ -578,7 +578,7 @@ fn compile_rule(
     let count_denied = match limit {
         Limit::Limited { rate, .. } => {
             rate.algorithm == crate::bucket::Algorithm::FixedWindow
-                && rl.count_denied.unwrap_or(true)
+                && rl.count_denied.unwrap_or(false)
         }
         Limit::Unlimited => false,
     };

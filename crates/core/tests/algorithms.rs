@@ -67,12 +67,12 @@ fn count_denied_belongs_to_fixed_windows() {
     let rules = |rl: &str| parse_config(&domain(rl)).map(|c| c.rules.rules()[0].count_denied);
     assert_eq!(
         rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window}"),
-        Ok(true),
-        "on by default, as upstream counts"
+        Ok(false),
+        "off by default (see README)"
     );
     assert_eq!(
-        rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: false}"),
-        Ok(false)
+        rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: true}"),
+        Ok(true)
     );
     let e = rules("{unit: minute, requests_per_unit: 5, count_denied: true}").expect_err("refused");
     assert!(

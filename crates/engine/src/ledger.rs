@@ -318,17 +318,19 @@ pub fn settle(
             }
             // A fixed window counting denials: the hits it denied count, so it is closed until
             // it ends (here at once; in the store by the caller, for a leased rule).
-            let close = t.count_denied
-                && *p == Err(Denial::Empty)
-                && t.hits > 0
-                && t.store == StoreStatus::Up;
             // The window denied in: the lease's (the store's count) while it lives, else ours.
             let window = if now < s.lease_until && s.lease_until != u64::MAX {
                 s.lease_window
             } else {
                 rate.window(now)
             };
+            let close = t.count_denied
+                && *p == Err(Denial::Empty)
+                && t.hits > 0
+                && t.store == StoreStatus::Up
+                && s.closed_window != window.saturating_add(1);
             if close {
+                s.closed_window = window.saturating_add(1);
                 match t.mode {
                     Mode::Local => {
                         s.local.refill(&rate, now);
@@ -339,8 +341,11 @@ pub fn settle(
                         s.lease = 0;
                         s.global_remaining = s.global_remaining.min(0.0);
                         s.global_read_at = now;
+                        // Not asking again at once keeps a request right behind this one from
+                        // leasing what is left before the store closes the window; at most a
+                        // second, as for any starved key, so a reset is seen soon.
                         let end = sluice_core::window::until_window_end(&rate, now);
-                        s.retry_at = s.retry_at.max(now.saturating_add(end));
+                        s.retry_at = s.retry_at.max(now.saturating_add(end.min(1_000_000)));
                     }
                 }
             }

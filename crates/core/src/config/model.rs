@@ -216,7 +216,9 @@ pub struct RateLimitConfig {
     pub algorithm: Option<crate::bucket::Algorithm>,
     /// sluice, `fixed_window` only: whether a request the window denies counts its hits, as
     /// envoyproxy/ratelimit's counter does by default (true: the window is closed until it
-    /// ends); false is its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    /// ends). Default false (upstream's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`): with
+    /// leases, a sidecar may deny for want of its own tokens while others still hold some, and
+    /// closing then loses what the window had left (measured: 96% of the ideal).
     pub count_denied: Option<bool>,
     /// sluice: bucket size; defaults to `requests_per_unit` (token buckets only: a window holds
     /// `requests_per_unit`).

@@ -13,6 +13,9 @@ pub struct LeaseState {
     pub lease: u64,
     /// Windows: the window the lease was taken from (a release names it).
     pub lease_window: u64,
+    /// Fixed windows counting denials: the last window this instance closed, plus one (0:
+    /// none), so a window is closed (and the store told) once, not at every denial in it.
+    pub closed_window: u64,
     /// Windows: when the lease lapses (this clock's time for the store's end of that window,
     /// measured from when the lease call was sent, so never later than the true end);
     /// `u64::MAX` for a token bucket, whose leased tokens never lapse.
@@ -55,6 +58,7 @@ impl LeaseState {
             local: BucketState::full(rate, now),
             lease: 0,
             lease_window: 0,
+            closed_window: 0,
             lease_until: u64::MAX,
             global_remaining: rate.burst as f64,
             global_known: false,

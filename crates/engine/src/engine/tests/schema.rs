@@ -176,8 +176,9 @@ async fn every_limit_of_a_descriptor_must_pay_and_the_tightest_answers() {
 }
 
 /// A fixed window counts the hits it denies (envoyproxy/ratelimit's counter passes the limit):
-/// the window is closed until it ends, for every sidecar on the store; `count_denied: false`
-/// counts nothing, so a smaller request still passes.
+/// with `count_denied: true` the window is closed until it ends, for every sidecar on the store
+/// (and the store told once, not at every denial); without it nothing is counted, so a smaller
+/// request still passes.
 #[tokio::test]
 async fn a_fixed_window_closes_on_a_denial_unless_told_not_to_count_it() {
     const WINDOWS: &str = r#"
@@ -185,11 +186,11 @@ domains:
   - domain: d
     descriptors:
       - key: counted
-        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: true}
       - key: uncounted
-        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: false}
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
       - key: local
-        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, mode: local}
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, mode: local, count_denied: true}
 "#;
     // A minute's window starting at 0, so every step below stays inside it.
     let clock = ManualClock::at(60_000_000 * 1_000);
