@@ -244,9 +244,9 @@ impl Leaser {
             // A sliding window is the exception: nothing accumulates for later (what a window
             // leaves unused is gone when it ends) while the previous window's hits fade out
             // continuously, so a starved sidecar asks again as soon as a whole lease has faded
-            // in, at least a quarter horizon apart; waiting a horizon for it capped what all
+            // in, at least a tenth of a horizon apart; waiting a horizon for it capped what all
             // sidecars together could take at their lease size per horizon (90% of L with the
-            // defaults and 4 sidecars, `loadtest/RESULTS.md`).
+            // defaults and 4 sidecars; a quarter horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
             let sliding = bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
             let missing = if sliding {
                 want.max(1)
@@ -262,7 +262,7 @@ impl Leaser {
             let wait = if self.store.is_in_process() {
                 until.max(1)
             } else if sliding {
-                until.max(horizon / 4)
+                until.max(horizon / 10)
             } else {
                 until.max(horizon)
             };
