@@ -164,10 +164,12 @@ fuzz_target!(|input: Input| {
     assert_eq!(decision.outcomes.len(), descriptors.len());
     if decision.overall == Code::Ok {
         // Only a quota may say OVER_LIMIT in a request that passes (another quota let it pass).
-        assert!(decision
-            .outcomes
-            .iter()
-            .all(|o| o.code == Code::Ok || o.limit.is_some_and(|l| l.quota)));
+        assert!(
+            decision
+                .outcomes
+                .iter()
+                .all(|o| o.code == Code::Ok || o.limit.is_some_and(|l| l.quota))
+        );
     }
     for o in &decision.outcomes {
         // Debt never passes a post-paid rule's bound, whatever was reported.
