@@ -26,7 +26,11 @@ for target in ${TARGETS:-$(cd fuzz && cargo fuzz list)}; do
     -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 |
     grep -E '^(Done|stat::number_of_executed_units|==|thread|SUMMARY)|panicked|crash-' || true)
   rm -rf "$work"
-  if ls "fuzz/artifacts/$target"/crash-* "fuzz/artifacts/$target"/timeout-* "fuzz/artifacts/$target"/oom-* >/dev/null 2>&1; then
+  # Any one kind of failing input fails the run (`ls` of all three globs failed unless all three
+  # kinds were there, so a crash alone went unnoticed).
+  if compgen -G "fuzz/artifacts/$target/crash-*" >/dev/null \
+     || compgen -G "fuzz/artifacts/$target/timeout-*" >/dev/null \
+     || compgen -G "fuzz/artifacts/$target/oom-*" >/dev/null; then
     echo "fuzz: $target found a failing input: fuzz/artifacts/$target/" >&2
     exit 1
   fi

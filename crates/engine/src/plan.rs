@@ -256,10 +256,11 @@ impl Plan {
     }
 
     /// Why some enforcing charge can never be paid: the request is denied without store calls.
+    /// A quota that can never pay does not make it so (another quota may pass the request).
     pub(crate) fn hopeless(&self) -> bool {
         self.charges
             .iter()
-            .any(|c| !c.info.shadow && c.terms(1).hopeless().is_some())
+            .any(|c| !c.info.shadow && !c.info.quota && c.terms(1).hopeless().is_some())
     }
 }
 

@@ -252,3 +252,28 @@ domains:
         );
     }
 }
+
+/// A quota that can never pay (a cost above its burst) neither blocks the request while another
+/// quota can pay, nor keeps that quota from leasing (found by the `rls` fuzz target).
+#[tokio::test]
+async fn a_quota_that_can_never_pay_leaves_the_others_to_decide() {
+    let clock = ManualClock::at(1);
+    let e = schema_engine(&clock);
+    // daily: 2 a day; monthly: 3 a month. A cost of 3 is above the daily burst.
+    let mut both = [d(&[("daily", "x")]), d(&[("monthly", "x")])];
+    for d in &mut both {
+        d.hits_addend = Some(3);
+    }
+    let decision = ask(&e, &both).await;
+    assert_eq!(decision.overall, Code::Ok, "monthly can pay");
+    assert_eq!(
+        decision.outcomes[0].denial,
+        Some(crate::Denial::CostAboveBurst)
+    );
+    assert_eq!(decision.outcomes[1].code, Code::Ok);
+    assert_eq!(
+        ask(&e, &both).await.overall,
+        Code::OverLimit,
+        "then every quota is out"
+    );
+}
