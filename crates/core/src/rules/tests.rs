@@ -1,4 +1,5 @@
 use super::*;
+use crate::Unit;
 use crate::config::load::INLINE_CONFIG;
 use crate::config::parse_config;
 use proptest::prelude::*;

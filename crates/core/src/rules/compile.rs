@@ -1,0 +1,244 @@
+//! One `rate_limit` into a [`Rule`]: its checks (with `file:line`), and the rule's stable
+//! identity, [`fingerprint`], which every store key of its buckets carries.
+
+use std::path::Path;
+
+use super::{Limit, MAX_DEBT, Payment, Rule, RuleId};
+use crate::Unit;
+use crate::bucket::{MAX_PERIOD_SECS, Rate};
+use crate::config::model::RateLimitConfig;
+use crate::config::{ChargeMode, ConfigError, Fallback, Mode};
+use crate::hash::{fnv1a, fnv1a_of};
+
+pub(super) fn compile_rule(
+    file: &Path,
+    line: u64,
+    domain: &str,
+    path: &str,
+    shadow_mode: bool,
+    rl: &RateLimitConfig,
+    id: RuleId,
+) -> Result<Rule, ConfigError> {
+    let err = |l: u64, m: String| ConfigError::at(file, l, m);
+    let unit = match &rl.unit {
+        Some(u) => Some(
+            u.value
+                .parse::<Unit>()
+                .map_err(|m| err(u.referenced.line(), m))?,
+        ),
+        None => None,
+    };
+    let limit = if rl.unlimited {
+        if unit.is_some() {
+            return Err(err(
+                line,
+                "should not specify rate limit unit when unlimited".into(),
+            ));
+        }
+        if rl.burst.is_some()
+            || rl.count_denied.is_some()
+            || rl.algorithm.is_some()
+            || rl.unit_multiplier.is_some()
+            || rl.mode.is_some()
+            || rl.fallback.is_some()
+            || rl.charge.is_some()
+            || rl.max_debt.is_some()
+            || rl.requests_per_unit != 0
+        {
+            return Err(err(
+                line,
+                "an unlimited rate_limit takes no requests_per_unit, unit_multiplier, \
+                 algorithm, burst, mode, fallback, charge or max_debt"
+                    .into(),
+            ));
+        }
+        Limit::Unlimited
+    } else {
+        let Some(unit) = unit else {
+            return Err(err(
+                line,
+                "invalid rate limit unit '' (rate_limit needs a unit)".into(),
+            ));
+        };
+        let rpu = u64::from(rl.requests_per_unit);
+        let algorithm = rl.algorithm.unwrap_or_default();
+        if algorithm.is_window() && rl.burst.is_some() {
+            return Err(err(
+                line,
+                format!(
+                    "burst applies to algorithm: token_bucket; a {} holds requests_per_unit",
+                    algorithm.as_str().replace('_', " ")
+                ),
+            ));
+        }
+        if rl.count_denied.is_some() && algorithm != crate::bucket::Algorithm::FixedWindow {
+            return Err(err(
+                line,
+                "count_denied applies to algorithm: fixed_window".into(),
+            ));
+        }
+        let burst = rl.burst.map_or(rpu, u64::from);
+        let unit_multiplier = rl.unit_multiplier.unwrap_or(1);
+        if unit_multiplier == 0 {
+            return Err(err(line, "unit_multiplier must be at least 1".into()));
+        }
+        if unit.seconds().saturating_mul(u64::from(unit_multiplier)) > MAX_PERIOD_SECS {
+            return Err(err(
+                line,
+                format!(
+                    "a period of {unit_multiplier} {unit}s is longer than the longest, 100 years"
+                ),
+            ));
+        }
+        let payment = match (rl.charge.unwrap_or_default(), rl.max_debt) {
+            (ChargeMode::Prepaid, Some(_)) => {
+                return Err(err(
+                    line,
+                    "max_debt applies only with charge: post_paid".into(),
+                ));
+            }
+            (ChargeMode::Prepaid, None) => Payment::Prepaid,
+            (ChargeMode::PostPaid, Some(d)) if d > MAX_DEBT => {
+                return Err(err(
+                    line,
+                    format!("max_debt {d} is above the largest, {MAX_DEBT} (2^53)"),
+                ));
+            }
+            (ChargeMode::PostPaid, debt) => Payment::PostPaid {
+                max_debt: debt.unwrap_or(burst),
+            },
+        };
+        Limit::Limited {
+            rate: Rate {
+                requests_per_unit: rpu,
+                unit,
+                unit_multiplier,
+                burst,
+                algorithm,
+            },
+            mode: rl.mode.unwrap_or_default(),
+            fallback: rl.fallback.unwrap_or_default(),
+            payment,
+        }
+    };
+    let count_denied = match limit {
+        Limit::Limited { rate, .. } => {
+            rate.algorithm == crate::bucket::Algorithm::FixedWindow
+                && rl.count_denied.unwrap_or(false)
+        }
+        Limit::Unlimited => false,
+    };
+    let mut replaces = Vec::with_capacity(rl.replaces.len());
+    for r in &rl.replaces {
+        if r.name.is_empty() {
+            return Err(err(line, "should not have an empty replaces entry".into()));
+        }
+        if rl.name.as_deref() == Some(r.name.as_str()) {
+            return Err(err(
+                line,
+                "replaces should not contain name of same descriptor".into(),
+            ));
+        }
+        replaces.push(r.name.clone());
+    }
+    let explicit_name = rl.name.clone().filter(|n| !n.is_empty());
+    let fingerprint = fingerprint(domain, path, &limit, shadow_mode);
+    let label = explicit_name
+        .clone()
+        .unwrap_or_else(|| format!("{domain}:{path}"));
+    Ok(Rule {
+        id,
+        label,
+        domain: domain.to_string(),
+        path: path.to_string(),
+        explicit_name,
+        limit,
+        shadow_mode,
+        quota_mode: false,
+        metadata: None,
+        count_denied,
+        limits: id..id + 1,
+        replaces,
+        fingerprint,
+        file: file.to_path_buf(),
+        line,
+    })
+}
+
+/// A rule's stable identity: part of every store key of its buckets, so it must not change while
+/// the rule does not, across sluice versions (sidecars of two versions share Redis during a
+/// rollout, and a changed identity would split every global bucket).
+///
+/// It is FNV-1a 64 over `domain NUL path NUL limit`, then the shadow flag as one byte, where
+/// `limit` is written field by field below. That text is exactly what versions up to 0.1.0 got
+/// from `format!("{limit:?}")`, so existing keys are kept; it is written out by hand so that
+/// renaming a type or variant, or adding a field, can no longer change it silently (a golden
+/// test pins the values).
+pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -> u64 {
+    let mut h = fnv1a_of(domain.as_bytes());
+    h = fnv1a(h, b"\0");
+    h = fnv1a(h, path.as_bytes());
+    h = fnv1a(h, b"\0");
+    h = match limit {
+        Limit::Unlimited => fnv1a(h, b"Unlimited"),
+        Limit::Limited {
+            rate,
+            mode,
+            fallback,
+            payment: _,
+        } => {
+            // A period of one unit writes nothing more: the identity of every rule written
+            // before `unit_multiplier` existed stays the same.
+            let mut multiplier = match rate.unit_multiplier {
+                0 | 1 => String::new(),
+                n => format!(", unit_multiplier: {n}"),
+            };
+            // Likewise the algorithm: a token bucket writes nothing; a window is another limit.
+            if rate.algorithm.is_window() {
+                multiplier.push_str(", algorithm: ");
+                multiplier.push_str(rate.algorithm.as_str());
+            }
+            let text = format!(
+                "Limited {{ rate: Rate {{ requests_per_unit: {}, unit: {}{multiplier}, burst: {} }}, mode: {}, fallback: {} }}",
+                rate.requests_per_unit,
+                unit_identity(rate.unit),
+                rate.burst,
+                mode_identity(*mode),
+                fallback_identity(*fallback),
+            );
+            fnv1a(h, text.as_bytes())
+        }
+    };
+    fnv1a(h, &[u8::from(shadow_mode)])
+}
+
+/// The unit as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn unit_identity(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Second => "Second",
+        Unit::Minute => "Minute",
+        Unit::Hour => "Hour",
+        Unit::Day => "Day",
+        Unit::Week => "Week",
+        Unit::Month => "Month",
+        Unit::Year => "Year",
+    }
+}
+
+/// The mode as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn mode_identity(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Strict => "Strict",
+        Mode::Exact => "Exact",
+        Mode::Local => "Local",
+    }
+}
+
+/// The fallback as rule identities spell it (fixed forever; see [`fingerprint`]).
+fn fallback_identity(fallback: Fallback) -> &'static str {
+    match fallback {
+        Fallback::LocalShare => "LocalShare",
+        Fallback::Allow => "Allow",
+        Fallback::Deny => "Deny",
+    }
+}
