@@ -293,10 +293,7 @@ impl Leaser {
         entries: &[sluice_core::Entry],
         now: u64,
     ) {
-        if self.store.degraded() || self.stopping.is_cancelled() {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        let Some(handle) = self.background_handle() else {
             return;
         };
         let Ok(flight) = Arc::clone(self.flight(&bucket)).try_lock_owned() else {
@@ -322,20 +319,26 @@ impl Leaser {
         );
     }
 
+    /// Where background store work may start: `None` at shutdown, while the store is degraded
+    /// (the call would fail), or outside a runtime.
+    fn background_handle(&self) -> Option<tokio::runtime::Handle> {
+        if self.store.degraded() || self.stopping.is_cancelled() {
+            return None;
+        }
+        tokio::runtime::Handle::try_current().ok()
+    }
+
     /// Closes window `window` of a fixed window in the global store in the background, so every
     /// sidecar's next lease in it gets nothing (the store ignores it once that window is over:
-    /// a late call never closes the next one). A denial counted this way costs one store call
-    /// per sidecar and window at most: the key is starved until the window ends.
+    /// a late call never closes the next one). At most one call per sidecar and window
+    /// (`LeaseState::closed_window`).
     pub(crate) fn close_window_later(
         self: &Arc<Self>,
         bucket: &LeaseBucket,
         entries: &[sluice_core::Entry],
         window: u64,
     ) {
-        if self.store.degraded() || self.stopping.is_cancelled() {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        let Some(handle) = self.background_handle() else {
             return;
         };
         let store_key = key::store_key(bucket.identity, entries);

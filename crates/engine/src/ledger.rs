@@ -319,17 +319,21 @@ pub fn settle(
             // A fixed window counting denials: the hits it denied count, so it is closed until
             // it ends (here at once; in the store by the caller, for a leased rule).
             // The window denied in: the lease's (the store's count) while it lives, else ours.
-            let window = if now < s.lease_until && s.lease_until != u64::MAX {
-                s.lease_window
-            } else {
-                rate.window(now)
+            // Worked out only for a denial that may close it (off the common path).
+            let denied_in = || {
+                if now < s.lease_until && s.lease_until != u64::MAX {
+                    s.lease_window
+                } else {
+                    rate.window(now)
+                }
             };
-            let close = t.count_denied
+            let window = (t.count_denied
                 && *p == Err(Denial::Empty)
                 && t.hits > 0
-                && t.store == StoreStatus::Up
-                && s.closed_window != window.saturating_add(1);
-            if close {
+                && t.store == StoreStatus::Up)
+                .then(denied_in)
+                .filter(|w| s.closed_window != w.saturating_add(1));
+            if let Some(window) = window {
                 s.closed_window = window.saturating_add(1);
                 match t.mode {
                     Mode::Local => {
@@ -373,7 +377,7 @@ pub fn settle(
                 retry_after,
                 fallback: matches!(t.store, StoreStatus::Down { .. }),
                 refill_ahead,
-                close_window: (close && t.mode != Mode::Local).then_some(window),
+                close_window: window.filter(|_| t.mode != Mode::Local),
             }
         })
         .collect();
