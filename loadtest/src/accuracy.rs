@@ -68,6 +68,9 @@ struct Args {
     /// `--burst` applies to token buckets only).
     #[arg(long, default_value = "token_bucket")]
     algorithm: String,
+    /// `redis.batch_linger` of the sidecars (e.g. `2ms`; default: sluice's own).
+    #[arg(long)]
+    batch_linger: Option<String>,
 }
 
 /// Faults the harness injects (P7 and the hardening issue's real faults).
@@ -133,14 +136,18 @@ async fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let linger = args
+        .batch_linger
+        .as_ref()
+        .map_or(String::new(), |l| format!(", batch_linger: {l}"));
     let redis_section = match (&standalone, &cluster) {
         (Some(_), _) if toxiproxy.is_some() => format!(
             "redis: {{url: \"redis://127.0.0.1:{}\"}}",
             toxiproxy.as_ref().map_or(0, |t| t.1)
         ),
-        (Some(s), _) => format!("redis: {{url: \"{}\"}}", s.url()),
+        (Some(s), _) => format!("redis: {{url: \"{}\"{linger}}}", s.url()),
         (_, Some(c)) => format!(
-            "redis: {{cluster_nodes: [{}]}}",
+            "redis: {{cluster_nodes: [{}]{linger}}}",
             c.nodes()
                 .iter()
                 .map(|n| format!("\"{n}\""))
@@ -169,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let calls_before = script_calls(&redis_ports).await?;
+    let trips_before = round_trips(&sidecars);
     let fallbacks_before = fallback_decisions(&sidecars);
 
     let keys = KeyPicker::zipf(args.keys);
@@ -276,6 +284,7 @@ async fn main() -> anyhow::Result<()> {
     let calls = script_calls(&redis_ports)
         .await?
         .saturating_sub(calls_before);
+    let trips = (round_trips(&sidecars) - trips_before) as u64;
     report(
         &args,
         burst,
@@ -283,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
         &keys,
         &tally,
         (worst_excess, samples_over),
-        calls,
+        (calls, trips),
         fault_at.map(|_| ()),
         enforcement_back,
         (
@@ -293,6 +302,13 @@ async fn main() -> anyhow::Result<()> {
         windows.then(|| windows::check(&tally.log.records(), args.limit, 1_000_000)),
     );
     Ok(())
+}
+
+/// `sluice_redis_round_trips_total` summed over the sidecars (a batch of calls is one).
+fn round_trips(sidecars: &[Sluice]) -> f64 {
+    sidecars::sum_metric(sidecars, |l| {
+        l.starts_with("sluice_redis_round_trips_total")
+    })
 }
 
 /// `sluice_decisions_total{outcome="fallback"}` summed over the sidecars.
@@ -310,7 +326,7 @@ fn report(
     keys: &KeyPicker,
     tally: &Tally,
     (worst_excess, samples_over): (f64, u32),
-    calls: u64,
+    (calls, trips): (u64, u64),
     fault: Option<()>,
     enforcement_back: Option<Duration>,
     (fallbacks, fallback_secs): (u64, f64),
@@ -380,7 +396,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, Redis script calls {calls} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, Redis script calls {calls} ({:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -397,6 +413,7 @@ fn report(
             String::new()
         },
         100.0 * calls as f64 / sent.max(1) as f64,
+        100.0 * trips as f64 / sent.max(1) as f64,
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),
         match (fault, enforcement_back) {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sluice_core::bucket::Rate;
 use sluice_core::config::Mode;
 
+use crate::key::BucketKey;
 use crate::ledger::LeaseState;
 
 /// The local state of one bucket key.
@@ -15,6 +16,8 @@ use crate::ledger::LeaseState;
 /// `.await`, so contention is short and no async mutex is needed.
 #[derive(Debug)]
 pub struct LeaseBucket {
+    /// The bucket key (the table holds buckets, and finds them by this key).
+    pub key: BucketKey,
     /// The limit this key enforces.
     pub rate: Rate,
     /// How it is shared across instances.
@@ -28,8 +31,9 @@ pub struct LeaseBucket {
 
 impl LeaseBucket {
     /// A new key's bucket: empty lease, full local bucket.
-    pub fn new(rate: Rate, mode: Mode, identity: u64, now: u64) -> Self {
+    pub fn new(key: BucketKey, rate: Rate, mode: Mode, identity: u64, now: u64) -> Self {
         Self {
+            key,
             rate,
             mode,
             identity,
@@ -60,5 +64,19 @@ impl LeaseBucket {
     /// [`LeaseState::at_rest`]). Leased keys need no lock to tell.
     pub fn at_rest(&self, now: u64) -> bool {
         self.mode != Mode::Local || self.lock().at_rest(self.mode, &self.rate, now)
+    }
+}
+#[cfg(test)]
+mod tests {
+    /// Every tracked key carries one `LeaseBucket` (in an `Arc`: 16 bytes more, and the
+    /// allocator's 8-byte header, rounded to 16): 168 bytes make a 192-byte allocation, the
+    /// budget of docs/architecture.md "Memory per tracked key". A field added here crosses it.
+    #[test]
+    fn a_bucket_fits_its_memory_budget() {
+        assert!(
+            std::mem::size_of::<super::LeaseBucket>() <= 168,
+            "LeaseBucket is {} bytes",
+            std::mem::size_of::<super::LeaseBucket>()
+        );
     }
 }

@@ -108,7 +108,9 @@ impl Debts {
         for q in queued {
             let due = {
                 let mut state = q.bucket.lock();
-                state.debt_queued = false;
+                if state.rare().debt_queued {
+                    state.rare_mut().debt_queued = false;
+                }
                 self.take_due(&q.bucket, &mut state, &|| q.clone(), now, all)
             };
             if let Some(pending) = due {
@@ -127,14 +129,15 @@ impl Debts {
         now: u64,
         all: bool,
     ) -> Option<u64> {
-        if state.debt_pending == 0 {
+        if state.rare().debt_pending == 0 {
             return None;
         }
+        let rare = state.rare_mut();
         let batch = (bucket.rate.burst as f64 * self.batch_fraction) as u64;
-        let due = state.debt_pending >= batch.max(1)
-            || now.saturating_sub(state.debt_since) >= self.horizon;
+        let due = rare.debt_pending >= batch.max(1)
+            || now.saturating_sub(rare.debt_since) >= self.horizon;
         if all || due {
-            return Some(std::mem::take(&mut state.debt_pending));
+            return Some(std::mem::take(&mut rare.debt_pending));
         }
         self.queue_once(state, queued);
         None
@@ -142,8 +145,8 @@ impl Debts {
 
     /// Queues a bucket (`state` is its locked state) for the periodic flush, unless it is queued.
     fn queue_once(&self, state: &mut LeaseState, queued: &dyn Fn() -> Queued) {
-        if !state.debt_queued {
-            state.debt_queued = true;
+        if !state.rare().debt_queued {
+            state.rare_mut().debt_queued = true;
             self.queue
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -177,10 +180,11 @@ impl Debts {
             }
             // Not charged (refused, or answered with an error): kept, and queued for the flush.
             Err(StoreError::Unavailable(_) | StoreError::Full | StoreError::Protocol(_)) => {
-                if state.debt_pending == 0 {
-                    state.debt_since = now;
+                let rare = state.rare_mut();
+                if rare.debt_pending == 0 {
+                    rare.debt_since = now;
                 }
-                state.debt_pending = state.debt_pending.saturating_add(pending);
+                rare.debt_pending = rare.debt_pending.saturating_add(pending);
                 self.queue_once(&mut state, &|| q.clone());
             }
             // Cut off: it may have been charged. Sent at most once rather than twice.

@@ -23,6 +23,8 @@ pub struct EngineSettings {
     pub max_lease_fraction: f64,
     /// Leased tokens unspent this long go back.
     pub lease_ttl: Duration,
+    /// A cold lease's tokens unspent this long go back.
+    pub cold_lease_ttl: Duration,
 }
 
 impl From<&sluice_core::config::EngineSettings> for EngineSettings {
@@ -33,6 +35,7 @@ impl From<&sluice_core::config::EngineSettings> for EngineSettings {
             lease_horizon: c.lease_horizon.0,
             max_lease_fraction: c.max_lease_fraction,
             lease_ttl: c.lease_ttl.0,
+            cold_lease_ttl: c.cold_lease_ttl.0.max(c.lease_ttl.0),
         }
     }
 }

@@ -295,7 +295,10 @@ impl Engine {
         let returns = self.table.sweep(
             self.now(),
             micros(self.settings.idle_timeout),
-            micros(self.settings.lease_ttl),
+            (
+                micros(self.settings.lease_ttl),
+                micros(self.settings.cold_lease_ttl),
+            ),
         );
         self.leaser.return_tokens(returns).await;
         self.store().housekeeping();

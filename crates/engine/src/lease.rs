@@ -20,6 +20,9 @@ use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, StoreError, until};
 use crate::table::Return;
 
+/// Lease returns in flight at once (a sweep or a shutdown may return many).
+const RETURNS_AT_ONCE: usize = 256;
+
 /// How many single-flight locks the keys share (a power of two).
 const FLIGHTS: usize = 4096;
 
@@ -108,44 +111,64 @@ impl Leaser {
         if plan.hopeless() {
             return;
         }
-        for charge in plan.charges.iter_mut() {
-            // A post-paid bucket only reported to needs nothing before the decision.
-            if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up || !charge.checked
-            {
-                continue;
+        match plan.charges.as_mut_slice() {
+            [] => {}
+            // The common case, without the allocation of a join.
+            [charge] => self.ensure_charge(charge, descriptors, now, deadline).await,
+            // Every charge's store call is made at once: a request of ten cold keys waits about
+            // one round trip (their calls share a batch), not ten.
+            charges => {
+                let calls = charges
+                    .iter_mut()
+                    .map(|charge| self.ensure_charge(charge, descriptors, now, deadline));
+                futures_util::future::join_all(calls).await;
             }
-            let bucket = Arc::clone(&charge.bucket);
-            if self.covered(&bucket, charge.info.mode, charge.hits, now) {
-                continue;
+        }
+    }
+
+    /// [`ensure`](Self::ensure) for one charge.
+    async fn ensure_charge(
+        &self,
+        charge: &mut Charge,
+        descriptors: &[Descriptor],
+        now: u64,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        // A post-paid bucket only reported to needs nothing before the decision.
+        if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up || !charge.checked {
+            return;
+        }
+        let bucket = Arc::clone(&charge.bucket);
+        if self.covered(&bucket, charge.info.mode, charge.hits, now) {
+            return;
+        }
+        // Single flight: one store call per key at a time; the others wait for its result
+        // (until the deadline) and then spend from the lease it brought.
+        let Some(_flight) = until(deadline, self.flight(&bucket).lock()).await else {
+            charge.store = down(charge);
+            return;
+        };
+        if self.covered(&bucket, charge.info.mode, charge.hits, now) {
+            return;
+        }
+        let store_key = key::store_key(bucket.identity, charge.entries(descriptors));
+        let call = async {
+            if charge.hits == 0 {
+                self.peek(&bucket, &store_key, now).await
+            } else {
+                self.lease_for(charge, &store_key, now).await
             }
-            // Single flight: one store call per key at a time; the others wait for its result
-            // (until the deadline) and then spend from the lease it brought.
-            let Some(_flight) = until(deadline, self.flight(&bucket).lock()).await else {
-                charge.store = down(charge);
-                continue;
+        };
+        // A call cut off here may still take tokens in the store: they are lost for a while
+        // (stricter, never looser), as after any store timeout.
+        let failed = until(deadline, call)
+            .await
+            .unwrap_or(Some(StoreError::Timeout));
+        if let Some(e) = failed {
+            charge.store = match e {
+                StoreError::Full => StoreStatus::NoRoom,
+                _ => down(charge),
             };
-            if self.covered(&bucket, charge.info.mode, charge.hits, now) {
-                continue;
-            }
-            let store_key = key::store_key(bucket.identity, charge.entries(descriptors));
-            let call = async {
-                if charge.hits == 0 {
-                    self.peek(&bucket, &store_key, now).await
-                } else {
-                    self.lease_for(charge, &store_key, now).await
-                }
-            };
-            // A call cut off here may still take tokens in the store: they are lost for a while
-            // (stricter, never looser), as after any store timeout.
-            let failed = until(deadline, call)
-                .await
-                .unwrap_or(Some(StoreError::Timeout));
-            if let Some(e) = failed {
-                charge.store = match e {
-                    StoreError::Full => StoreStatus::NoRoom,
-                    _ => down(charge),
-                };
-            }
         }
     }
 
@@ -173,15 +196,19 @@ impl Leaser {
     /// Leases what `charge` is missing (and about a lease horizon of demand beyond it).
     async fn lease_for(&self, charge: &Charge, store_key: &str, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let (missing, demand) = {
+        let (missing, demand, cold) = {
             let mut state = bucket.lock();
             state.expire(now);
             (
                 charge.hits.saturating_sub(state.lease),
-                state.demand_per_sec,
+                f64::from(state.demand_per_sec),
+                state.far_from_limit(&bucket.rate, now),
             )
         };
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() {
+            want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
+        }
         if bucket.rate.algorithm.is_window() {
             // A window's lease lapses when the window ends: ask for no more than this
             // instance can spend before then (its clock's idea of the end), so few leased
@@ -204,6 +231,18 @@ impl Leaser {
         horizon.clamp(missing, cap)
     }
 
+    /// A cold lease: what a key far from its limit gets even without measured demand, so its
+    /// next requests on this instance are decided without a store call (it is kept for
+    /// `cold_lease_ttl`, then what is left goes back). The most a lease may hold, or, where
+    /// that is less, a share of half the burst among the live instances: all instances' cold
+    /// leases of a key then hold at most half its burst (or `max_lease_fraction` of it each,
+    /// as any lease may).
+    fn cold_lease_size(&self, burst: u64, missing: u64) -> u64 {
+        let cap = self.lease_size(Mode::Strict, burst, missing, f64::MAX);
+        let share = burst / self.store.live_instances().saturating_mul(2).max(1);
+        cap.max(share)
+    }
+
     /// Leases `want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill ahead).
     async fn lease(
         &self,
@@ -214,7 +253,7 @@ impl Leaser {
         now: u64,
     ) -> Option<StoreError> {
         // What the fallback spent while the store was down is paid first.
-        let ask = want.saturating_add(bucket.lock().owed);
+        let ask = want.saturating_add(bucket.lock().rare().owed);
         let started = Instant::now();
         let result = self.store.lease(store_key, bucket.rate, ask).await;
         self.observe(StoreOp::Lease, started, &result);
@@ -228,8 +267,10 @@ impl Leaser {
         self.metrics.tokens_granted(grant.granted);
         let mut state = bucket.lock();
         state.expire(now);
-        let repaid = grant.granted.min(state.owed);
-        state.owed -= repaid;
+        let repaid = grant.granted.min(state.rare().owed);
+        if repaid > 0 {
+            state.rare_mut().owed -= repaid;
+        }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
         if grant.granted < ask {
@@ -307,8 +348,12 @@ impl Leaser {
                 let _flight = flight;
                 let (want, low) = {
                     let state = bucket.lock();
-                    let want =
-                        leaser.lease_size(Mode::Strict, bucket.rate.burst, 1, state.demand_per_sec);
+                    let want = leaser.lease_size(
+                        Mode::Strict,
+                        bucket.rate.burst,
+                        1,
+                        f64::from(state.demand_per_sec),
+                    );
                     (want, state.lease_is_low())
                 };
                 if low {
@@ -367,23 +412,27 @@ impl Leaser {
             .spawn_on(async move { leaser.return_tokens(returns).await }, &handle);
     }
 
-    /// Hands tokens back to the global store, counting them.
+    /// Hands tokens back to the global store, counting them. Up to [`RETURNS_AT_ONCE`] calls
+    /// are in flight together, so a store that batches sends them in few round trips.
     pub(crate) async fn return_tokens(&self, returns: Vec<Return>) {
-        for r in returns {
-            let started = Instant::now();
-            let result = self
-                .store
-                .release(&r.store_key, r.rate, r.tokens, r.window)
-                .await;
-            self.observe(StoreOp::Release, started, &result);
-            match result {
-                Ok(()) => self.metrics.tokens_returned(r.tokens),
-                // Lost tokens only make the limit stricter for a while; never over-admit.
-                Err(e) => {
-                    tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+        use futures_util::StreamExt as _;
+        futures_util::stream::iter(returns)
+            .for_each_concurrent(RETURNS_AT_ONCE, |r| async move {
+                let started = Instant::now();
+                let result = self
+                    .store
+                    .release(&r.store_key, r.rate, r.tokens, r.window)
+                    .await;
+                self.observe(StoreOp::Release, started, &result);
+                match result {
+                    Ok(()) => self.metrics.tokens_returned(r.tokens),
+                    // Lost tokens only make the limit stricter for a while; never over-admit.
+                    Err(e) => {
+                        tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+                    }
                 }
-            }
-        }
+            })
+            .await;
     }
 
     /// Stops background work: no new refill starts, and the ones in flight finish (each bounded

@@ -143,12 +143,16 @@ impl Terms {
         let rest = s.pay_from_lease(self.reported);
         // More than the burst plus the debt bound can never be charged: the store clamps it.
         let cap = self.rate.burst.saturating_add(max_debt);
-        let pending = s.debt_pending.saturating_add(rest).min(cap);
-        if s.debt_pending == 0 && pending > 0 {
-            s.debt_since = now;
+        let before = s.rare().debt_pending;
+        let pending = before.saturating_add(rest).min(cap);
+        if pending != before {
+            let rare = s.rare_mut();
+            if before == 0 {
+                rare.debt_since = now;
+            }
+            rare.debt_pending = pending;
         }
-        let clamped = rest - (pending - s.debt_pending);
-        s.debt_pending = pending;
+        let clamped = rest - (pending - before);
         if mode == Mode::Local {
             // The store is down: this instance's own checks see the debt meanwhile.
             s.local.charge(rate, now, rest, max_debt);
@@ -306,7 +310,8 @@ pub fn settle(
                     let rest = s.pay_from_lease(t.hits);
                     if rest > 0 {
                         s.spend(mode, &rate, now, rest);
-                        s.owed = s.owed.saturating_add(rest).min(rate.burst);
+                        let owed = &mut s.rare_mut().owed;
+                        *owed = owed.saturating_add(rest).min(rate.burst);
                     }
                 } else {
                     s.spend(mode, &rate, now, t.hits);
@@ -321,8 +326,9 @@ pub fn settle(
             // The window denied in: the lease's (the store's count) while it lives, else ours.
             // Worked out only for a denial that may close it (off the common path).
             let denied_in = || {
-                if now < s.lease_until && s.lease_until != u64::MAX {
-                    s.lease_window
+                let rare = s.rare();
+                if now < rare.lease_until && rare.lease_until != u64::MAX {
+                    rare.lease_window
                 } else {
                     rate.window(now)
                 }
@@ -332,9 +338,9 @@ pub fn settle(
                 && t.hits > 0
                 && t.store == StoreStatus::Up)
                 .then(denied_in)
-                .filter(|w| s.closed_window != w.saturating_add(1));
+                .filter(|w| s.rare().closed_window != w.saturating_add(1));
             if let Some(window) = window {
-                s.closed_window = window.saturating_add(1);
+                s.rare_mut().closed_window = window.saturating_add(1);
                 match t.mode {
                     Mode::Local => {
                         s.local.refill(&rate, now);

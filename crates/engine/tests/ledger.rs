@@ -209,6 +209,8 @@ impl World {
             lease_horizon: Duration::from_millis(200),
             max_lease_fraction: c.lease_fraction,
             lease_ttl: Duration::from_millis(c.lease_ttl_ms),
+            // Cold leases (keys far from their limit) are kept longer.
+            cold_lease_ttl: Duration::from_millis(c.lease_ttl_ms * 5),
         };
         let engines = (0..2)
             .map(|_| {

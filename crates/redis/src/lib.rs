@@ -6,10 +6,12 @@
 //! # Layout
 //! - [`scripts`]: the Lua scripts, each loaded once into a [`redis::Script`] (NOSCRIPT handled).
 //! - [`connection`]: standalone (a reconnecting `ConnectionManager`) or cluster connections.
+//! - `batch`: lease and release calls of many keys share one round trip per node.
 //! - [`breaker`]: the circuit breaker that keeps a down Redis from costing more than one timeout.
 //! - [`store`]: [`RedisStore`], the [`GlobalStore`](sluice_engine::GlobalStore) implementation,
 //!   with its background probe and instance heartbeat.
 
+mod batch;
 pub mod breaker;
 pub mod connection;
 pub mod scripts;

@@ -59,3 +59,22 @@ pub fn bucket_call<'a>(
     }
     inv
 }
+
+/// The same call as [`bucket_call`] with Redis's own `now`, as a plain EVALSHA command for a
+/// pipeline (a batch). A Redis that does not know the script answers NOSCRIPT for this call
+/// alone; the caller then sends it through [`bucket_call`], which loads the script.
+pub fn bucket_cmd(script: &Script, key: &str, rate: &Rate, args: &[u64]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(rate.requests_per_unit)
+        .arg(rate.period_micros())
+        .arg(rate.burst)
+        .arg("")
+        .arg(rate.algorithm.code());
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd
+}

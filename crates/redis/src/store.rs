@@ -15,6 +15,7 @@ use sluice_engine::{GlobalStore, LeaseGrant, StoreError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::batch::{Batcher, NotBatched};
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
 use crate::scripts::{self, CHARGE, CLOSE, DEMAND, HEARTBEAT, LEASE, PEEK, RELEASE};
@@ -31,6 +32,10 @@ pub struct RedisMetrics {
     pub live_instances: IntGauge,
     /// `sluice_redis_breaker_opens_total`: times the circuit breaker opened.
     pub breaker_opens: IntCounter,
+    /// `sluice_redis_round_trips_total`: requests sent to Redis (a batch of calls is one).
+    pub round_trips: IntCounter,
+    /// `sluice_redis_batched_calls_total`: script calls sent in batches.
+    pub batched_calls: IntCounter,
 }
 
 impl RedisMetrics {
@@ -49,10 +54,20 @@ impl RedisMetrics {
                 "sluice_redis_breaker_opens_total",
                 "Times the Redis circuit breaker opened",
             )?,
+            round_trips: IntCounter::new(
+                "sluice_redis_round_trips_total",
+                "Requests sent to Redis: a single call, or a batch of calls to one node",
+            )?,
+            batched_calls: IntCounter::new(
+                "sluice_redis_batched_calls_total",
+                "Script calls sent to Redis in batches (with round trips: the mean batch size)",
+            )?,
         };
         registry.register(Box::new(m.degraded.clone()))?;
         registry.register(Box::new(m.live_instances.clone()))?;
         registry.register(Box::new(m.breaker_opens.clone()))?;
+        registry.register(Box::new(m.round_trips.clone()))?;
+        registry.register(Box::new(m.batched_calls.clone()))?;
         Ok(m)
     }
 
@@ -64,8 +79,11 @@ impl RedisMetrics {
 
 /// Global buckets in Redis or Redis Cluster.
 pub struct RedisStore {
-    /// `None` until a cluster connection is established (standalone connects lazily).
-    conn: ArcSwapOption<Conn>,
+    /// `None` until a cluster connection is established (standalone connects lazily). Shared
+    /// with the batching task.
+    conn: Arc<ArcSwapOption<Conn>>,
+    /// Lease and release calls of concurrent decisions share round trips ([`crate::batch`]).
+    batcher: Batcher,
     breaker: Breaker,
     settings: RedisSettings,
     cluster: bool,
@@ -108,16 +126,27 @@ impl RedisStore {
             std::process::id(),
             foldhash::fast::RandomState::default().hash_one(std::process::id())
         );
+        let conn = Arc::new(ArcSwapOption::new(conn));
+        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+        let batcher = Batcher::start(
+            Arc::clone(&conn),
+            settings.batch_linger.0,
+            settings.batch_max as usize,
+            (metrics.round_trips.clone(), metrics.batched_calls.clone()),
+            &tasks,
+            stop.clone(),
+        );
         let store = Arc::new(Self {
-            conn: ArcSwapOption::new(conn),
+            conn,
+            batcher,
             breaker,
             settings,
             cluster,
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,
-            tasks: TaskTracker::new(),
-            stop: CancellationToken::new(),
+            tasks,
+            stop,
         });
         store
             .metrics
@@ -173,13 +202,7 @@ impl RedisStore {
     /// Runs a script that answers `{tokens, remaining_millitokens, window, ends_in}` (lease,
     /// charge; `ends_in` is -1 for a token bucket, whose tokens never lapse).
     async fn grant(&self, inv: &redis::ScriptInvocation<'_>) -> Result<LeaseGrant, StoreError> {
-        let (granted, milli, window, ends_in): (u64, i64, u64, i64) = self.call(inv).await?;
-        Ok(LeaseGrant {
-            granted,
-            remaining: milli as f64 / 1000.0,
-            window,
-            ends_in: u64::try_from(ends_in).ok(),
-        })
+        self.call(inv).await.map(grant_of)
     }
 
     /// Release (into `window`, the grant's) with an explicit `now`; returns the tokens left.
@@ -251,14 +274,56 @@ impl RedisStore {
         let Some(conn) = self.conn.load_full() else {
             return Err(StoreError::Unavailable("not connected".into()));
         };
+        self.metrics.round_trips.inc();
+        let answer = tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await;
+        self.settle(answer.map_err(|_| StoreError::Timeout))
+    }
+
+    /// A bucket script call on `key` without an explicit `now`, sent in a batch with other keys'
+    /// calls ([`crate::batch`]). A call the batch could not run (queue full, NOSCRIPT, MOVED, ASK,
+    /// TRYAGAIN) is sent again alone through [`call`](Self::call), which loads scripts and
+    /// follows redirections. The whole wait, batch and retry, is bounded by one timeout each.
+    async fn batched<T: redis::FromRedisValue>(
+        &self,
+        script: &'static redis::Script,
+        key: &str,
+        rate: &Rate,
+        args: &[u64],
+    ) -> Result<T, StoreError> {
+        if !self.breaker.is_closed() {
+            return Err(StoreError::Unavailable("circuit open".into()));
+        }
+        let cmd = scripts::bucket_cmd(script, key, rate, args);
+        let alone = || scripts::bucket_call(script, key, rate, None, args);
+        let answer = match tokio::time::timeout(
+            self.settings.timeout.0,
+            self.batcher.call(cmd, key),
+        )
+        .await
+        {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(Err(NotBatched::Busy)) => return self.call(&alone()).await,
+            Ok(Ok(Ok(redis::Value::ServerError(e)))) if retry_alone(e.code()) => {
+                return self.call(&alone()).await;
+            }
+            Ok(Ok(answer)) => Ok(answer.and_then(|v| Ok(redis::from_redis_value(v)?))),
+        };
+        self.settle(answer)
+    }
+
+    /// Counts a call's outcome in the circuit breaker and maps its error.
+    fn settle<T>(
+        &self,
+        answer: Result<Result<T, RedisError>, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut trips = true;
-        let result = match tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await {
+        let result = match answer {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 trips = trips_breaker(&e);
                 Err(classify(&e))
             }
-            Err(_) => Err(StoreError::Timeout),
+            Err(e) => Err(e),
         };
         match &result {
             Ok(_) => self.breaker.success(),
@@ -278,7 +343,10 @@ impl RedisStore {
 
 impl GlobalStore for RedisStore {
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        Box::pin(self.lease_at(key, rate, want, None))
+        Box::pin(async move {
+            let answer = self.batched(&LEASE, key, &rate, &[want]).await;
+            answer.map(grant_of)
+        })
     }
 
     fn charge<'a>(
@@ -299,7 +367,7 @@ impl GlobalStore for RedisStore {
         window: u64,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.release_at(key, rate, tokens, window, None)
+            self.batched::<i64>(&RELEASE, key, &rate, &[tokens, window])
                 .await
                 .map(|_| ())
         })
@@ -361,6 +429,22 @@ impl GlobalStore for RedisStore {
             "redis"
         }
     }
+}
+
+/// A grant from a script's answer `{tokens, remaining_millitokens, window, ends_in}`.
+fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) -> LeaseGrant {
+    LeaseGrant {
+        granted,
+        remaining: milli as f64 / 1000.0,
+        window,
+        ends_in: u64::try_from(ends_in).ok(),
+    }
+}
+
+/// Whether a call a batch could not run is sent again alone: the script is not loaded yet
+/// (NOSCRIPT), or the key's slot is elsewhere or moving (MOVED, ASK, TRYAGAIN).
+fn retry_alone(code: &str) -> bool {
+    matches!(code, "NOSCRIPT" | "MOVED" | "ASK" | "TRYAGAIN")
 }
 
 /// The key holding RLQS demands for the bucket at `key`: the bucket key with `sluice:rlqs:` in

@@ -109,16 +109,7 @@ async fn exact_mode_and_noscript_after_a_script_flush() {
     let a = engine(store.clone());
     let b = engine(store.clone());
     assert_eq!(admitted(&a, "exact", "k", 3).await, 3);
-    let client = redis::Client::open(redis.url()).expect("client");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .expect("flush");
+    common::flush_scripts(&redis.url()).await;
     assert_eq!(
         admitted(&b, "exact", "k", 5).await,
         2,

@@ -278,6 +278,12 @@ fn validate_redis(
             return bad("every address must start with redis:// or rediss://".into());
         }
     }
+    if redis.batch_linger.0 >= redis.timeout.0 {
+        return bad(format!(
+            "batch_linger ({}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
+            redis.batch_linger, redis.timeout
+        ));
+    }
     if let Some(var) = &redis.password_env
         && source.env(var).is_none()
     {

@@ -116,6 +116,21 @@ pub struct RedisSettings {
     /// How often this instance announces itself (for `fallback: local_share`).
     #[serde(default = "default_heartbeat_interval")]
     pub heartbeat_interval: HumanDuration,
+    /// While a batch of lease and release calls is on its way to Redis, how long later calls may
+    /// wait for it before they go (together: one pipeline per node). Shorter than `timeout`.
+    #[serde(default = "default_batch_linger")]
+    pub batch_linger: HumanDuration,
+    /// Most calls in one batch (1 to 1024).
+    #[serde(default = "default_batch_max", deserialize_with = "batch_max")]
+    pub batch_max: u32,
+}
+
+fn default_batch_linger() -> HumanDuration {
+    HumanDuration(Duration::from_millis(1))
+}
+
+fn default_batch_max() -> u32 {
+    64
 }
 
 fn default_redis_timeout() -> HumanDuration {
@@ -427,6 +442,9 @@ pub struct EngineSettings {
     pub max_lease_fraction: f64,
     /// Leased tokens unspent this long go back to the global bucket.
     pub lease_ttl: HumanDuration,
+    /// A cold lease (a key far from its limit) is kept this long instead: later requests for the
+    /// key on this instance spend it without a store call. At least `lease_ttl`.
+    pub cold_lease_ttl: HumanDuration,
 }
 
 impl Default for EngineSettings {
@@ -437,6 +455,7 @@ impl Default for EngineSettings {
             lease_horizon: HumanDuration(Duration::from_millis(200)),
             max_lease_fraction: 0.05,
             lease_ttl: HumanDuration(Duration::from_secs(1)),
+            cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
         }
     }
 }
@@ -480,6 +499,14 @@ fn breaker_failures<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Er
             "breaker_failures must be at least 1",
         )),
         n => Ok(n),
+    }
+}
+
+/// `redis.batch_max`: 1 to 1024.
+fn batch_max<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        n @ 1..=1024 => Ok(n),
+        _ => Err(serde::de::Error::custom("batch_max must be from 1 to 1024")),
     }
 }
 

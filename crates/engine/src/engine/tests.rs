@@ -514,7 +514,7 @@ async fn an_outage_adds_no_burst_and_the_fallback_pays_for_what_it_spent() {
     clock.advance_millis(1_000);
     assert!(admitted(&e, &key, 30).await >= 9);
     let mut owed = Vec::new();
-    e.table.for_each(|_, b| owed.push(b.lock().owed));
+    e.table.for_each(|_, b| owed.push(b.lock().rare().owed));
     assert_eq!(owed, [0], "paid back");
 }
 

@@ -11,15 +11,6 @@ pub struct LeaseState {
     pub local: BucketState,
     /// Strict/exact: leased tokens not yet spent.
     pub lease: u64,
-    /// Windows: the window the lease was taken from (a release names it).
-    pub lease_window: u64,
-    /// Fixed windows counting denials: the last window this instance closed, plus one (0:
-    /// none), so a window is closed (and the store told) once, not at every denial in it.
-    pub closed_window: u64,
-    /// Windows: when the lease lapses (this clock's time for the store's end of that window,
-    /// measured from when the lease call was sent, so never later than the true end);
-    /// `u64::MAX` for a token bucket, whose leased tokens never lapse.
-    pub lease_until: u64,
     /// Global tokens left after our last store call (for reporting `limit_remaining`).
     pub global_remaining: f64,
     /// Whether `global_remaining` has been read at least once.
@@ -33,10 +24,27 @@ pub struct LeaseState {
     pub leased_at: u64,
     /// Tokens spent since the last lease was granted.
     pub spent_since_lease: u64,
-    /// Smoothed demand, tokens per second.
-    pub demand_per_sec: f64,
-    /// The size of the last lease asked for (the low watermark is half of it).
-    pub last_want: u64,
+    /// Smoothed demand, tokens per second (an estimate: `f32` keeps every key 4 bytes smaller).
+    pub demand_per_sec: f32,
+    /// The size of the last lease asked for, up to `u32::MAX` (the low watermark is half of it).
+    pub last_want: u32,
+    /// State few keys need (windows, post-paid usage, what a fallback owes), boxed so the
+    /// others do not carry it: `None` means every field at its default ([`Rare::default`]).
+    rare: Option<Box<Rare>>,
+}
+
+/// The part of a key's state most keys never use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rare {
+    /// Windows: the window the lease was taken from (a release names it).
+    pub lease_window: u64,
+    /// Fixed windows counting denials: the last window this instance closed, plus one (0:
+    /// none), so a window is closed (and the store told) once, not at every denial in it.
+    pub closed_window: u64,
+    /// Windows: when the lease lapses (this clock's time for the store's end of that window,
+    /// measured from when the lease call was sent, so never later than the true end);
+    /// `u64::MAX` for a token bucket, whose leased tokens never lapse.
+    pub lease_until: u64,
     /// Tokens the `local_share` fallback spent on a leased rule while the store was down, which
     /// the global bucket was never charged: the next lease calls take them first. At most this
     /// instance's share of the burst, so all instances together owe at most the burst, about
@@ -51,15 +59,39 @@ pub struct LeaseState {
     pub debt_queued: bool,
 }
 
+/// Every [`Rare`] field at its default.
+const NO_RARE: Rare = Rare {
+    lease_window: 0,
+    closed_window: 0,
+    lease_until: u64::MAX,
+    owed: 0,
+    debt_pending: 0,
+    debt_since: 0,
+    debt_queued: false,
+};
+
+impl Default for Rare {
+    fn default() -> Self {
+        NO_RARE
+    }
+}
+
 impl LeaseState {
+    /// The rarely used part of the state (defaults when never set).
+    pub fn rare(&self) -> &Rare {
+        self.rare.as_deref().unwrap_or(&NO_RARE)
+    }
+
+    /// The rarely used part of the state, to change (boxed on first use).
+    pub fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
     /// A new key's state: no lease, a full local bucket.
     pub fn new(rate: &Rate, now: u64) -> Self {
         Self {
             local: BucketState::full(rate, now),
             lease: 0,
-            lease_window: 0,
-            closed_window: 0,
-            lease_until: u64::MAX,
             global_remaining: rate.burst as f64,
             global_known: false,
             global_read_at: now,
@@ -68,10 +100,7 @@ impl LeaseState {
             spent_since_lease: 0,
             demand_per_sec: 0.0,
             last_want: 0,
-            owed: 0,
-            debt_pending: 0,
-            debt_since: 0,
-            debt_queued: false,
+            rare: None,
         }
     }
 
@@ -79,9 +108,9 @@ impl LeaseState {
     /// ended, and spending them in the next one would admit more than `L` there. Called before
     /// any read of the lease.
     pub fn expire(&mut self, now: u64) {
-        if now >= self.lease_until {
+        if now >= self.rare().lease_until {
             self.lease = 0;
-            self.lease_until = u64::MAX;
+            self.rare_mut().lease_until = u64::MAX;
         }
     }
 
@@ -95,7 +124,7 @@ impl LeaseState {
 
     /// The lease, unless it lapsed with its window.
     fn live_lease(&self, now: u64) -> u64 {
-        if now < self.lease_until {
+        if now < self.rare().lease_until {
             self.lease
         } else {
             0
@@ -122,20 +151,34 @@ impl LeaseState {
         match mode {
             Mode::Local => self.local.available_at(rate, now),
             Mode::Strict | Mode::Exact => {
-                let global = if !rate.algorithm.is_window() {
-                    rate.refill(
-                        self.global_remaining,
-                        now.saturating_sub(self.global_read_at),
-                    )
-                } else if rate.window(now) == rate.window(self.global_read_at) {
-                    self.global_remaining
-                } else {
-                    // A window began since the reading: as far as this instance knows, full.
-                    rate.burst as f64
-                };
-                self.live_lease(now) as f64 + global - self.debt_pending as f64
+                self.live_lease(now) as f64 + self.global_estimate(rate, now)
+                    - self.rare().debt_pending as f64
             }
         }
+    }
+
+    /// The global bucket as this instance last read it, refilled since (others' spending since
+    /// is unknown here, so this is an upper bound).
+    fn global_estimate(&self, rate: &Rate, now: u64) -> f64 {
+        if !rate.algorithm.is_window() {
+            rate.refill(
+                self.global_remaining,
+                now.saturating_sub(self.global_read_at),
+            )
+        } else if rate.window(now) == rate.window(self.global_read_at) {
+            self.global_remaining
+        } else {
+            // A window began since the reading: as far as this instance knows, full.
+            rate.burst as f64
+        }
+    }
+
+    /// Whether the key looks far from its limit: never read here, or the global bucket held at
+    /// least half its burst at the last reading (refilled since). Such a key's lease is a
+    /// *cold lease*: sized to `max_lease_fraction` of the burst even without demand, and kept
+    /// for `cold_lease_ttl` instead of `lease_ttl`.
+    pub fn far_from_limit(&self, rate: &Rate, now: u64) -> bool {
+        !self.global_known || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0
     }
 
     /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and
@@ -155,7 +198,7 @@ impl LeaseState {
 
     /// Whether a busy lease is down to half of what was last asked for: time to refill ahead.
     pub fn lease_is_low(&self) -> bool {
-        self.last_want > 1 && self.lease <= self.last_want / 2
+        self.last_want > 1 && self.lease <= u64::from(self.last_want / 2)
     }
 
     /// Whether forgetting this state loses nothing a limit depends on. A local bucket must have
@@ -163,7 +206,7 @@ impl LeaseState {
     /// leased key keeps its truth in the global store; its lease goes back when it is evicted.
     pub fn at_rest(&self, mode: Mode, rate: &Rate, now: u64) -> bool {
         // Usage not yet sent to the store is kept until it is (this instance's checks count it).
-        self.debt_pending == 0
+        self.rare().debt_pending == 0
             && (mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64)
     }
 
@@ -179,11 +222,12 @@ impl LeaseState {
         window: Option<(u64, u64)>,
     ) {
         if let Some((window, ends_in)) = window {
-            if window != self.lease_window {
+            if window != self.rare().lease_window {
                 self.lease = 0;
             }
-            self.lease_window = window;
-            self.lease_until = now.saturating_add(ends_in);
+            let rare = self.rare_mut();
+            rare.lease_window = window;
+            rare.lease_until = now.saturating_add(ends_in);
         }
         self.add_grant(granted, remaining, want, now);
     }
@@ -192,14 +236,14 @@ impl LeaseState {
     pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
         // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
         let elapsed = now.saturating_sub(self.leased_at).max(1);
-        let rate = self.spent_since_lease as f64 * 1e6 / elapsed as f64;
+        let rate = (self.spent_since_lease as f64 * 1e6 / elapsed as f64) as f32;
         self.demand_per_sec = if self.demand_per_sec == 0.0 {
             rate
         } else {
             0.5 * self.demand_per_sec + 0.5 * rate
         };
         self.lease = self.lease.saturating_add(granted);
-        self.last_want = want;
+        self.last_want = u32::try_from(want).unwrap_or(u32::MAX);
         self.read_global(remaining, now);
         self.leased_at = now;
         self.spent_since_lease = 0;

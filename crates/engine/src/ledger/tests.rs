@@ -135,20 +135,24 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
     assert_eq!(spend_for(&mut s, Mode::Strict, 0), 0, "nothing at once");
     // 10/s shared by 2 = 5/s; after 0.4 s, 2 tokens.
     assert_eq!(spend_for(&mut s, Mode::Strict, 4 * SEC / 10), 2);
-    assert_eq!(s.owed, 2);
+    assert_eq!(s.rare().owed, 2);
     // Never more than the share of the burst (4), however long the outage.
     for at in 1..10 {
         spend_for(&mut s, Mode::Strict, at * SEC);
     }
-    assert_eq!(s.owed, 4);
+    assert_eq!(s.rare().owed, 4);
     // A lease held when the store went away is spent first, and owes nothing.
     let mut held = LeaseState::new(&rate, 0);
     held.add_grant(3, 0.0, 3, 0);
     assert_eq!(spend_for(&mut held, Mode::Strict, 0), 3);
-    assert_eq!((held.lease, held.owed), (0, 0));
+    assert_eq!((held.lease, held.rare().owed), (0, 0));
     let mut local = LeaseState::new(&rate, 0);
     assert_eq!(spend_for(&mut local, Mode::Local, 0), 4);
-    assert_eq!(local.owed, 0, "a local rule has no global bucket to owe");
+    assert_eq!(
+        local.rare().owed,
+        0,
+        "a local rule has no global bucket to owe"
+    );
 }
 
 #[test]

@@ -34,6 +34,8 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
         breaker_failures: 3,
         probe_interval: HumanDuration(Duration::from_millis(100)),
         heartbeat_interval: HumanDuration(Duration::from_millis(200)),
+        batch_linger: HumanDuration(Duration::from_millis(1)),
+        batch_max: 64,
     }
 }
 
@@ -44,4 +46,19 @@ pub fn cluster_settings(nodes: Vec<String>) -> RedisSettings {
         cluster_nodes: nodes,
         ..standalone_settings("redis://unused")
     }
+}
+
+/// Makes the Redis at `url` forget every script (as a restart or failover does): the next call
+/// of each script answers NOSCRIPT.
+pub async fn flush_scripts(url: &str) {
+    let client = redis::Client::open(url).expect("client");
+    let mut c = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .expect("flush");
 }
