@@ -263,11 +263,18 @@ impl BucketState {
 
     /// Refills, then closes window `window` (nothing left in it, debt kept) if it is still the
     /// bucket's current one: a fixed window's denial counted as envoyproxy/ratelimit counts it.
-    /// Nothing for the other algorithms.
+    /// Otherwise (another algorithm, a later window) the bucket is left exactly as it was, not
+    /// even refilled, as `close.lua` leaves it: a refill stored here and not there rounds
+    /// differently later, near 2^53 tokens (found by the Lua = Rust property suite).
     pub fn close(&mut self, rate: &Rate, now_micros: u64, window: u64) {
-        self.refill(rate, now_micros);
-        if rate.algorithm == Algorithm::FixedWindow && rate.window(self.updated_micros) == window {
-            self.tokens = self.tokens.min(0.0);
+        if rate.algorithm != Algorithm::FixedWindow {
+            return;
+        }
+        let mut closed = *self;
+        closed.refill(rate, now_micros);
+        if rate.window(closed.updated_micros) == window {
+            closed.tokens = closed.tokens.min(0.0);
+            *self = closed;
         }
     }
 
@@ -285,6 +292,37 @@ impl BucketState {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn close_leaves_other_buckets_exactly_as_they_were() {
+        use super::{Algorithm, BucketState, Rate};
+        use crate::unit::Unit;
+        // The property suite's case: 2^53 tokens of debt, a close a day later, a read a day
+        // after that. A refill stored by the close rounded to another f64 than Lua's.
+        let mut rate = Rate::per_unit(300_961, Unit::Month);
+        rate.unit_multiplier = 27;
+        rate.burst = 0;
+        let day = 86_400_000_000;
+        let mut b = BucketState::full(&rate, 0);
+        b.tokens = -(2f64.powi(53));
+        let before = b;
+        b.close(&rate, day, rate.window(day));
+        assert_eq!(
+            (b.tokens, b.updated_micros),
+            (before.tokens, before.updated_micros)
+        );
+        let mut fixed = rate;
+        fixed.algorithm = Algorithm::FixedWindow;
+        fixed.burst = 10;
+        let mut w = BucketState::full(&fixed, day);
+        w.close(&fixed, day + 1, fixed.window(day) + 1);
+        assert_eq!(
+            w.tokens, 10.0,
+            "a later window than the bucket's is not closed"
+        );
+        w.close(&fixed, day + 1, fixed.window(day));
+        assert_eq!(w.tokens, 0.0);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

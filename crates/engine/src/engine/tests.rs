@@ -640,15 +640,16 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     });
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let ds = [d(&[("new", "x")])];
-    // Two calls of 1 token while demand is measured, then a lease of 5 (5% of the burst of
-    // 100); spending it down to half starts a background refill: the fourth call, 20 ms long.
+    // A cold lease of 50 (the key is far from its limit: half the burst of 100, one instance),
+    // then background refills of 5 (5% of the burst) each time the lease is down to half of
+    // the last ask: the fourth call, 20 ms long, is a refill in flight.
     let mut spent = 0;
     while store.calls.load(std::sync::atomic::Ordering::SeqCst) < 4 {
         assert_eq!(ask(&e, &ds).await.overall, Code::Ok);
         spent += 1;
         // Let a background refill start (it counts its call, then waits 20 ms).
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert!(spent < 50, "no background refill started");
+        assert!(spent < 100, "no background refill started");
     }
     assert_eq!(store.max_in_flight(), 1, "the refill is in flight");
     Arc::clone(&e).maintain_until(std::future::ready(())).await;
