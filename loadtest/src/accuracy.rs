@@ -71,6 +71,9 @@ struct Args {
     /// `redis.batch_linger` of the sidecars (e.g. `2ms`; default: sluice's own).
     #[arg(long)]
     batch_linger: Option<String>,
+    /// `redis.batch_min_wait` of the sidecars (e.g. `5ms`; default: none).
+    #[arg(long)]
+    batch_min_wait: Option<String>,
 }
 
 /// Faults the harness injects (P7 and the hardening issue's real faults).
@@ -138,8 +141,14 @@ async fn main() -> anyhow::Result<()> {
     };
     let linger = args
         .batch_linger
-        .as_ref()
-        .map_or(String::new(), |l| format!(", batch_linger: {l}"));
+        .iter()
+        .map(|l| format!(", batch_linger: {l}"))
+        .chain(
+            args.batch_min_wait
+                .iter()
+                .map(|w| format!(", batch_min_wait: {w}")),
+        )
+        .collect::<String>();
     let redis_section = match (&standalone, &cluster) {
         (Some(_), _) if toxiproxy.is_some() => format!(
             "redis: {{url: \"redis://127.0.0.1:{}\"}}",

@@ -87,6 +87,31 @@ fn redis_errors_name_their_line() {
         3,
         "must be above zero",
     );
+    // A call waits for its batch within the timeout: a wait as long as the timeout is refused.
+    located(
+        "redis:\n  url: redis://a:1\n  timeout: 20ms\n  batch_linger: 20ms\n",
+        2,
+        "batch_linger (20ms) must be shorter than timeout (20ms)",
+    );
+    located(
+        "redis:\n  url: redis://a:1\n  batch_min_wait: 1s\n",
+        2,
+        "batch_min_wait (1s) must be shorter than timeout (20ms)",
+    );
+    located(
+        "redis:\n  url: redis://a:1\n  batch_max: 0\n",
+        3,
+        "batch_max must be from 1 to 1024",
+    );
+    located(
+        "redis:\n  url: redis://a:1\n  batch_max: 1025\n",
+        3,
+        "batch_max must be from 1 to 1024",
+    );
+    let ok = parse_config("redis:\n  url: redis://a:1\n  batch_min_wait: 5ms\n").expect("valid");
+    let redis = ok.redis.expect("redis");
+    assert_eq!(redis.batch_min_wait.map(|d| d.0.as_millis()), Some(5));
+    assert_eq!((redis.batch_linger.0.as_millis(), redis.batch_max), (1, 64));
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! release calls queue here; one task collects them and sends each node's share as one
 //! pipeline. A call goes at once when no batch is on its way; while one is, later calls wait for
 //! it to be answered, for at most `linger` (or until `max` are queued), and go together: batches
-//! grow with the load, and a quiet instance adds no wait. Every call is still its own EVALSHA on
+//! grow with the load, and a quiet instance adds no wait. An operator who prefers fewer round
+//! trips to latency sets `min_wait`: every batch then gathers for that long first. Every call is still its own EVALSHA on
 //! its own key (atomic, one key per script, as without batching); only the round trip is
 //! shared. A call the pipeline could not run (NOSCRIPT after a restart, MOVED/ASK while slots
 //! move) comes back as an error value, and the store repeats it alone, the way redis-rs does.
@@ -41,6 +42,19 @@ struct Item {
     reply: oneshot::Sender<Result<Value, RedisError>>,
 }
 
+/// How long calls wait for a batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waits {
+    /// While a batch is on its way, how long later calls wait for it (`redis.batch_linger`).
+    pub(crate) linger: Duration,
+    /// How long every batch gathers calls, even with nothing on its way
+    /// (`redis.batch_min_wait`; Kafka's `linger.ms`): fewer round trips for that much more
+    /// latency on each cold decision.
+    pub(crate) min_wait: Option<Duration>,
+    /// Most calls per batch (at least 1).
+    pub(crate) max: usize,
+}
+
 /// Why a call did not go through a batch (the caller sends it alone).
 #[derive(Debug)]
 pub(crate) enum NotBatched {
@@ -54,12 +68,11 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batching task on `tasks` (it ends when `stop` is cancelled). While a batch is
-    /// on its way, calls collect for at most `linger`, up to `max` per batch.
+    /// Starts the batching task on `tasks` (it ends when `stop` is cancelled), batching as
+    /// `waits` says.
     pub(crate) fn start(
         conn: Arc<ArcSwapOption<Conn>>,
-        linger: Duration,
-        max: usize,
+        waits: Waits,
         counters: (IntCounter, IntCounter),
         tasks: &TaskTracker,
         stop: CancellationToken,
@@ -69,7 +82,7 @@ impl Batcher {
         tasks.spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = collect(rx, conn, (linger, max.max(1)), counters, batches) => {}
+                _ = collect(rx, conn, waits, counters, batches) => {}
             }
         });
         Self { tx }
@@ -96,19 +109,35 @@ impl Batcher {
 async fn collect(
     mut rx: mpsc::Receiver<Item>,
     conn: Arc<ArcSwapOption<Conn>>,
-    (linger, max): (Duration, usize),
+    waits: Waits,
     (round_trips, calls): (IntCounter, IntCounter),
     tasks: TaskTracker,
 ) {
+    let Waits {
+        linger,
+        min_wait,
+        max,
+    } = waits;
     let mut slots = SlotMap::default();
     let in_flight = Arc::new(InFlight::default());
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let until = tokio::time::Instant::now() + linger;
+        let started = tokio::time::Instant::now();
+        let until = started + linger;
+        // Every batch gathers for `min_wait`, if set, even with nothing on its way.
+        let gather_until = started + min_wait.unwrap_or_default();
         while batch.len() < max {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
+            let next = if min_wait.is_some() {
+                tokio::time::timeout_at(gather_until, rx.recv())
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                rx.try_recv().ok()
+            };
+            match next {
+                Some(item) => batch.push(item),
+                None => break,
             }
         }
         // While an earlier batch is on its way, later calls join this one, for at most `linger`:

@@ -15,7 +15,7 @@ use sluice_engine::{GlobalStore, LeaseGrant, StoreError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::batch::{Batcher, NotBatched};
+use crate::batch::{Batcher, NotBatched, Waits};
 use crate::breaker::Breaker;
 use crate::connection::{self, Conn};
 use crate::scripts::{self, CHARGE, CLOSE, DEMAND, HEARTBEAT, LEASE, PEEK, RELEASE};
@@ -130,8 +130,11 @@ impl RedisStore {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
         let batcher = Batcher::start(
             Arc::clone(&conn),
-            settings.batch_linger.0,
-            settings.batch_max as usize,
+            Waits {
+                linger: settings.batch_linger.0,
+                min_wait: settings.batch_min_wait.map(|d| d.0),
+                max: settings.batch_max.max(1) as usize,
+            },
             (metrics.round_trips.clone(), metrics.batched_calls.clone()),
             &tasks,
             stop.clone(),

@@ -61,8 +61,9 @@ async fn batches_share_round_trips(store: Arc<RedisStore>, metrics: RedisMetrics
 fn settings_with_linger(
     mut s: sluice_core::config::RedisSettings,
 ) -> sluice_core::config::RedisSettings {
-    // Long enough that every spawned call joins a batch on a loaded CI machine.
-    s.batch_linger = HumanDuration(Duration::from_millis(5));
+    // Every batch gathers for 5 ms: long enough that the spawned calls join few batches on a
+    // loaded CI machine.
+    s.batch_min_wait = Some(HumanDuration(Duration::from_millis(5)));
     s.timeout = HumanDuration(Duration::from_millis(500));
     s
 }

@@ -284,6 +284,14 @@ fn validate_redis(
             redis.batch_linger, redis.timeout
         ));
     }
+    if let Some(wait) = redis.batch_min_wait
+        && wait.0 >= redis.timeout.0
+    {
+        return bad(format!(
+            "batch_min_wait ({wait}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
+            redis.timeout
+        ));
+    }
     if let Some(var) = &redis.password_env
         && source.env(var).is_none()
     {

@@ -120,6 +120,10 @@ pub struct RedisSettings {
     /// wait for it before they go (together: one pipeline per node). Shorter than `timeout`.
     #[serde(default = "default_batch_linger")]
     pub batch_linger: HumanDuration,
+    /// How long every batch gathers calls before it goes, even with none on its way (unset:
+    /// none): fewer round trips to Redis for up to that much more latency on each decision
+    /// that needs Redis. Shorter than `timeout`.
+    pub batch_min_wait: Option<HumanDuration>,
     /// Most calls in one batch (1 to 1024).
     #[serde(default = "default_batch_max", deserialize_with = "batch_max")]
     pub batch_max: u32,

@@ -35,6 +35,7 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
         probe_interval: HumanDuration(Duration::from_millis(100)),
         heartbeat_interval: HumanDuration(Duration::from_millis(200)),
         batch_linger: HumanDuration(Duration::from_millis(1)),
+        batch_min_wait: None,
         batch_max: 64,
     }
 }
