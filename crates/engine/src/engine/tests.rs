@@ -666,6 +666,39 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     );
 }
 
+/// A key far from its limit gets a cold lease (half the burst of 100 with one instance): its next
+/// requests make no store call, the lease outlives `lease_ttl`, and what is left goes back after
+/// `cold_lease_ttl`.
+#[tokio::test]
+async fn a_cold_key_leases_ahead_and_keeps_the_lease_for_cold_lease_ttl() {
+    let clock = ManualClock::at(1);
+    let inner = MemoryStore::new(clock.clone());
+    let store = Arc::new(SlowStore {
+        inner: inner.clone(),
+        timeout: None,
+        in_flight: Default::default(),
+        calls: Default::default(),
+    });
+    let e = engine_on(store.clone(), &clock, EngineSettings::default());
+    let ds = [d(&[("new", "x")])];
+    let calls = || store.calls.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..11 {
+        assert_eq!(ask(&e, &ds).await.overall, Code::Ok);
+    }
+    assert_eq!(
+        calls(),
+        1,
+        "one lease call, then decisions on the cold lease"
+    );
+    assert_eq!(only_key(&e).1, 50 - 11);
+    clock.advance_millis(2_000);
+    e.sweep().await;
+    assert_eq!(only_key(&e).1, 39, "kept past lease_ttl (1 s)");
+    clock.advance_millis(30_000);
+    e.sweep().await;
+    assert_eq!(only_key(&e).1, 0, "handed back after cold_lease_ttl (30 s)");
+}
+
 /// A store whose reads take 50 ms, counting how many run at once.
 struct SlowReads {
     inner: Arc<MemoryStore<ManualClock>>,
