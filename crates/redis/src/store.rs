@@ -309,6 +309,9 @@ impl RedisStore {
             Ok(Ok(Ok(redis::Value::ServerError(e)))) if retry_alone(e.code()) => {
                 return self.call(&alone()).await;
             }
+            // Any other error of this call alone (CLUSTERDOWN, LOADING, …) keeps its code, so it
+            // is classified as the same error outside a batch would be.
+            Ok(Ok(Ok(redis::Value::ServerError(e)))) => Ok(Err(RedisError::from(e))),
             Ok(Ok(answer)) => Ok(answer.and_then(|v| Ok(redis::from_redis_value(v)?))),
         };
         self.settle(answer)
