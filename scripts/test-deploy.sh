@@ -22,8 +22,11 @@ export DEMO_PORT=${DEMO_PORT:-19000} DEMO_ADMIN_A=${DEMO_ADMIN_A:-19091} DEMO_AD
 trap 'deploy/demo.sh --down >/dev/null 2>&1 || true' EXIT
 SLUICE_IMAGE=$image deploy/demo.sh --keep
 echo "== Grafana dashboard against the demo's sidecar"
-curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" > target/demo-metrics.txt
-python3 scripts/check-dashboard.py deploy/grafana/sluice.json docs/metrics.md target/demo-metrics.txt
+# A temporary file, not target/: CARGO_TARGET_DIR may put cargo's output elsewhere.
+metrics=$(mktemp)
+curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" > "$metrics"
+python3 scripts/check-dashboard.py deploy/grafana/sluice.json docs/metrics.md "$metrics"
+rm -f "$metrics"
 deploy/demo.sh --down
 trap - EXIT
 
