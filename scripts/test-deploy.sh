@@ -32,4 +32,4 @@ trap - EXIT
 
 echo "== Kubernetes manifests"
 cargo build -q --locked -p sluice
-.tools/k8s-venv/bin/python scripts/validate-k8s.py .tools/bin/kustomize target/debug/sluice .tools/bin/envoy
+.tools/k8s-venv/bin/python scripts/validate-k8s.py .tools/bin/kustomize "${CARGO_TARGET_DIR:-target}/debug/sluice" .tools/bin/envoy
