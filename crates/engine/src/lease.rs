@@ -226,9 +226,13 @@ impl Leaser {
         if mode == Mode::Exact {
             return missing;
         }
-        let cap = ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing);
         let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
-        horizon.clamp(missing, cap)
+        horizon.clamp(missing, self.lease_cap(burst, missing))
+    }
+
+    /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.
+    fn lease_cap(&self, burst: u64, missing: u64) -> u64 {
+        ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing)
     }
 
     /// A cold lease: what a key far from its limit gets even without measured demand, so its
@@ -238,7 +242,7 @@ impl Leaser {
     /// leases of a key then hold at most half its burst (or `max_lease_fraction` of it each,
     /// as any lease may).
     fn cold_lease_size(&self, burst: u64, missing: u64) -> u64 {
-        let cap = self.lease_size(Mode::Strict, burst, missing, f64::MAX);
+        let cap = self.lease_cap(burst, missing);
         let share = burst / self.store.live_instances().saturating_mul(2).max(1);
         cap.max(share)
     }
