@@ -529,6 +529,16 @@ struct SlowStore {
 }
 
 impl SlowStore {
+    /// A slow store over a fresh memory store on `clock`, reporting `timeout` as its bound.
+    fn new(clock: &ManualClock, timeout: Option<Duration>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryStore::new(clock.clone()),
+            timeout,
+            in_flight: Default::default(),
+            calls: Default::default(),
+        })
+    }
+
     /// The most lease calls in flight at once for any one key.
     fn max_in_flight(&self) -> usize {
         let calls = self.in_flight.lock().expect("lock");
@@ -589,12 +599,7 @@ impl GlobalStore for SlowStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     let clock = ManualClock::at(1);
-    let store = Arc::new(SlowStore {
-        inner: MemoryStore::new(clock.clone()),
-        timeout: None,
-        in_flight: Default::default(),
-        calls: Default::default(),
-    });
+    let store = SlowStore::new(&clock, None);
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     // 20 requests on each of two new keys, all at once, while each store call takes 20 ms.
     let tasks: Vec<_> = (0..40)
@@ -631,13 +636,7 @@ async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     let clock = ManualClock::at(1);
-    let inner = MemoryStore::new(clock.clone());
-    let store = Arc::new(SlowStore {
-        inner: inner.clone(),
-        timeout: None,
-        in_flight: Default::default(),
-        calls: Default::default(),
-    });
+    let store = SlowStore::new(&clock, None);
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let ds = [d(&[("new", "x")])];
     // A cold lease of 50 (the key is far from its limit: half the burst of 100, one instance),
@@ -658,7 +657,7 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     let (key, held) = only_key(&e);
     assert_eq!(held, 0, "no lease left in the engine");
     let rate = Rate::per_unit(100, sluice_core::Unit::Second);
-    let global = inner.peek(&key, rate).await.expect("peek");
+    let global = store.inner.peek(&key, rate).await.expect("peek");
     assert_eq!(
         global,
         (100 - spent) as f64,
@@ -672,13 +671,7 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
 #[tokio::test]
 async fn a_cold_key_leases_ahead_and_keeps_the_lease_for_cold_lease_ttl() {
     let clock = ManualClock::at(1);
-    let inner = MemoryStore::new(clock.clone());
-    let store = Arc::new(SlowStore {
-        inner: inner.clone(),
-        timeout: None,
-        in_flight: Default::default(),
-        calls: Default::default(),
-    });
+    let store = SlowStore::new(&clock, None);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let ds = [d(&[("new", "x")])];
     let calls = || store.calls.load(std::sync::atomic::Ordering::SeqCst);
@@ -797,12 +790,7 @@ async fn operator_reads_are_bounded_and_counted() {
 #[tokio::test(start_paused = true)]
 async fn no_decision_waits_longer_than_the_store_timeout() {
     let clock = ManualClock::at(1);
-    let store = Arc::new(SlowStore {
-        inner: MemoryStore::new(clock.clone()),
-        timeout: Some(Duration::from_millis(30)),
-        in_flight: Default::default(),
-        calls: Default::default(),
-    });
+    let store = SlowStore::new(&clock, Some(Duration::from_millis(30)));
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let tasks: Vec<_> = (0..20)
         .map(|_| {
