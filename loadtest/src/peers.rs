@@ -9,7 +9,7 @@
 // A command-line report: printing is its output.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-#[allow(dead_code)] // peers needs only `wait_connected`
+#[allow(dead_code)] // peers needs only some of it
 mod sidecars;
 
 use std::path::PathBuf;
@@ -151,38 +151,18 @@ fn ghz(bin: &str, addr: &str, data: &str, load: &[&str]) -> anyhow::Result<(f64,
 /// count; envoyproxy/ratelimit runs no script, so every command counts but the ones the harness
 /// sends (INFO) and cluster upkeep (CLUSTER, PING, COMMAND, CLIENT, HELLO, READONLY).
 async fn commands(ports: &[u16], scripts_only: bool) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for port in ports {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-        let mut c = client.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await?;
-        for line in info.lines() {
-            let Some(rest) = line.strip_prefix("cmdstat_") else {
-                continue;
-            };
-            let name = rest.split(':').next().unwrap_or("");
-            if scripts_only && !matches!(name, "evalsha" | "eval") {
-                continue;
-            }
-            if [
+    sidecars::commands_served(ports, |name| {
+        if scripts_only {
+            matches!(name, "evalsha" | "eval")
+        } else {
+            ![
                 "info", "cluster", "ping", "command", "client", "hello", "readonly",
             ]
             .iter()
             .any(|skip| name.starts_with(skip))
-            {
-                continue;
-            }
-            total += rest
-                .split(['=', ','])
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
         }
-    }
-    Ok(total)
+    })
+    .await
 }
 
 /// Starts envoyproxy/ratelimit on the cluster; returns it and its gRPC address.

@@ -39,6 +39,12 @@ pub async fn wait_connected(sidecars: &[Sluice]) -> anyhow::Result<()> {
 
 /// EVALSHA + EVAL calls served, summed over the nodes (`INFO commandstats`).
 pub async fn script_calls(ports: &[u16]) -> anyhow::Result<u64> {
+    commands_served(ports, |name| matches!(name, "evalsha" | "eval")).await
+}
+
+/// Calls of the commands whose lowercase name `keep`s, summed over the nodes (`INFO
+/// commandstats`; it also counts the commands scripts run inside Redis).
+pub async fn commands_served(ports: &[u16], keep: impl Fn(&str) -> bool) -> anyhow::Result<u64> {
     let mut total = 0;
     for port in ports {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
@@ -51,13 +57,18 @@ pub async fn script_calls(ports: &[u16]) -> anyhow::Result<u64> {
             .query_async(&mut c)
             .await?;
         for line in info.lines() {
-            if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:") {
-                let calls = line
+            let Some((name, stats)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|rest| rest.split_once(':'))
+            else {
+                continue;
+            };
+            if keep(name) {
+                total += stats
                     .split(['=', ','])
                     .nth(1)
                     .and_then(|v| v.parse::<u64>().ok())
                     .unwrap_or(0);
-                total += calls;
             }
         }
     }
