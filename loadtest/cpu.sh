@@ -17,11 +17,6 @@ bench_servers "$work" 18291 18290 18191
 sluice_pid=${pids[0]} noop_pid=${pids[1]}
 tick=$(getconf CLK_TCK)
 
-rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
-authz='envoy.service.auth.v3.Authorization/Check'
-hot='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"hot"}]}]}'
-many='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"k{{randomInt 0 100000}}"}]}]}'
-check='{"attributes":{"request":{"http":{"method":"GET","path":"/","headers":{"x-client":"hot"}}}}}'
 
 # CPU ticks (utime + stime) of a process.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

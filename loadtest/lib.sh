@@ -50,6 +50,14 @@ YAML
   pids+=("$SERVED_PID")
 }
 
+# The calls and requests of bench_servers' scenarios (p2.sh, cpu.sh): ShouldRateLimit on one hot
+# key and on 100 k keys, and Check on one hot key.
+rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
+authz='envoy.service.auth.v3.Authorization/Check'
+hot='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"hot"}]}]}'
+many='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"k{{randomInt 0 100000}}"}]}]}'
+check='{"attributes":{"request":{"http":{"method":"GET","path":"/","headers":{"x-client":"hot"}}}}}'
+
 # Envoy config pieces shared by p4.sh and rlqs.sh (YAML at the indentation of
 # static_resources.listeners / clusters).
 

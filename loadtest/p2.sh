@@ -15,11 +15,6 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 bench_servers "$work" 18281 18280 18181
 
-rls='envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'
-authz='envoy.service.auth.v3.Authorization/Check'
-hot='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"hot"}]}]}'
-many='{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"k{{randomInt 0 100000}}"}]}]}'
-check='{"attributes":{"request":{"http":{"method":"GET","path":"/","headers":{"x-client":"hot"}}}}}'
 
 # Prints "rps p99_ms errors" for one ghz run.
 run() {
