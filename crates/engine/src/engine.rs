@@ -102,8 +102,9 @@ impl Engine {
             };
         }
         let mut evicted = Vec::new();
-        let mut plan = Plan::build(&rules, req, |identity, entries, info| {
-            self.table.slot(identity, entries, info, now, &mut evicted)
+        let mut plan = Plan::build(&rules, req, |identity, store_identity, entries, info| {
+            self.table
+                .slot(identity, store_identity, entries, info, now, &mut evicted)
         });
         for &d in &plan.unlimited {
             outcomes[d].unlimited = true;

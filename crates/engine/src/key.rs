@@ -116,13 +116,14 @@ pub fn store_key(identity: u64, entries: &[Entry]) -> String {
     )
 }
 
-/// The global store's key for an encoded bucket key (the same as [`store_key`] of the identity
-/// and entries it was encoded from). Buckets do not keep their store key: it is made again for
-/// the rare store call, which saves its allocation on every tracked key.
-pub fn store_key_of(key: &BucketKey) -> String {
+/// The global store's key of the bucket with store identity `identity` (its
+/// [`LeaseBucket::identity`](crate::bucket::LeaseBucket::identity)) and encoded key `key`: the
+/// same as [`store_key`] of that identity and the entries `key` was encoded from. Buckets do not
+/// keep their store key: it is made again for the rare store call, which saves its allocation on
+/// every tracked key.
+pub fn store_key_of(identity: u64, key: &BucketKey) -> String {
     let bytes = key.as_bytes();
-    let identity = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
-    let mut rest = &bytes[8..];
+    let mut rest = bytes.get(8..).unwrap_or_default();
     let mut next = move || {
         let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
         let part = std::str::from_utf8(rest.get(4..4 + len)?).ok()?;
@@ -225,7 +226,7 @@ mod tests {
         ] {
             let e = entries(pairs);
             let encoded = with_encoded(0xfeed, &e, owned);
-            assert_eq!(store_key_of(&encoded), store_key(0xfeed, &e));
+            assert_eq!(store_key_of(0xfeed, &encoded), store_key(0xfeed, &e));
         }
     }
 
@@ -268,7 +269,7 @@ mod tests {
             let encoded = with_encoded(1, &e, owned);
             // Identity, two length prefixes, the key `k`, at most 128 value bytes.
             assert!(encoded.as_bytes().len() <= 8 + 2 * 4 + 1 + MAX_VALUE_IN_KEY);
-            assert_eq!(store_key_of(&encoded), store_key(1, &e), "{v:.10}");
+            assert_eq!(store_key_of(1, &encoded), store_key(1, &e), "{v:.10}");
         }
         assert_eq!(
             key_value(&"é".repeat(100)).len(),

@@ -30,6 +30,8 @@ pub(crate) enum Slot {
 pub(crate) struct Charge {
     /// The bucket.
     pub(crate) bucket: Arc<LeaseBucket>,
+    /// The identity the bucket is tracked by (its global bucket's is `bucket.identity`).
+    pub(crate) identity: u64,
     /// The limit (the same for every descriptor on this bucket: the key includes the identity).
     pub(crate) info: LimitInfo,
     /// Hits of every descriptor on this bucket that checks (and, prepaid, pays) before the
@@ -111,7 +113,11 @@ enum Found<'r, 'd> {
 /// A limit matched by one descriptor.
 struct Matched<'r, 'd> {
     info: LimitInfo,
+    /// The identity its bucket is tracked by in the table.
     identity: u64,
+    /// The identity of its global bucket (part of the store key): the table identity, except
+    /// for a caller override, whose local lease is per rate (see [`overridden`]).
+    store_identity: u64,
     /// The rule's `name`, which other rules may replace.
     name: Option<&'r str>,
     /// The names this rule replaces.
@@ -121,12 +127,12 @@ struct Matched<'r, 'd> {
 }
 
 impl Plan {
-    /// Plans `req` under `rules`: `slot` finds (or makes) the bucket of an identity and
-    /// descriptor. Rules named in another matched rule's `replaces` do not apply, and get no key.
+    /// Plans `req` under `rules`: `slot` finds (or makes) the bucket of a table identity, store
+    /// identity and descriptor. Rules named in another matched rule's `replaces` do not apply, and get no key.
     pub(crate) fn build(
         rules: &RuleSet,
         req: &RateLimitRequest<'_>,
-        mut slot: impl FnMut(u64, &[Entry], &LimitInfo) -> Slot,
+        mut slot: impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> Self {
         let default_hits = if req.hits_addend == 0 {
             1
@@ -184,7 +190,7 @@ impl Plan {
         d: &Descriptor,
         m: Matched<'_, '_>,
         default_hits: u64,
-        slot: &mut impl FnMut(u64, &[Entry], &LimitInfo) -> Slot,
+        slot: &mut impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> usize {
         // A post-paid rule is never paid before the request: a count (the descriptor's, else
         // the request's) is usage reported after it, and no count is a check (a peek).
@@ -202,7 +208,7 @@ impl Plan {
         let seen = self
             .charges
             .iter()
-            .position(|c| c.bucket.identity == m.identity && c.entries(req.descriptors) == &*m.key);
+            .position(|c| c.identity == m.identity && c.entries(req.descriptors) == &*m.key);
         match seen {
             Some(at) => {
                 let c = &mut self.charges[at];
@@ -212,12 +218,13 @@ impl Plan {
                 at
             }
             None => {
-                let (bucket, store) = match slot(m.identity, &m.key, &m.info) {
+                let (bucket, store) = match slot(m.identity, m.store_identity, &m.key, &m.info) {
                     Slot::Tracked(b) => (b, StoreStatus::Up),
                     Slot::NoRoom(b) => (b, StoreStatus::NoRoom),
                 };
                 self.charges.push(Charge {
                     bucket,
+                    identity: m.identity,
                     info: m.info,
                     hits: hits.unwrap_or(0),
                     checked: hits.is_some(),
@@ -267,69 +274,181 @@ impl Plan {
 /// The limits of descriptor `d` in `domain`, with the identity of each one's bucket and the
 /// entries they are keyed by.
 fn matched<'r, 'd>(rules: &'r RuleSet, domain: &str, d: &'d Descriptor) -> Found<'r, 'd> {
+    let (found, key) = rules.match_keyed(domain, &d.entries);
+    let rule = match found {
+        Match::Rule(rule) => Some(rule),
+        _ => None,
+    };
     if let Some(o) = d.limit_override
         && rules.honours_override(domain, &d.entries)
     {
-        let rate = Rate::per_unit(o.requests_per_unit, o.unit);
-        return Found::Limits(smallvec::smallvec![Matched {
-            info: LimitInfo {
-                rate,
-                rule: None,
-                mode: Mode::Strict,
-                fallback: Fallback::LocalShare,
-                shadow: false,
-                quota: false,
-                count_denied: false,
-                payment: Payment::Prepaid,
-            },
-            identity: override_identity(domain, &rate),
-            name: None,
-            replaces: &[],
-            key: Cow::Borrowed(&d.entries),
-        }]);
+        return overridden(rules, domain, d, o, rule, key);
     }
-    let (Match::Rule(rule), key) = rules.match_keyed(domain, &d.entries) else {
+    let Some(rule) = rule else {
         return Found::Nothing;
     };
     if rule.limit == Limit::Unlimited {
         return Found::Unlimited;
     }
-    let limits = rules.limits_of(rule).iter().filter_map(|rule| {
-        let Limit::Limited {
-            rate,
-            mode,
-            fallback,
-            payment,
-        } = rule.limit
-        else {
-            return None;
-        };
-        Some(Matched {
-            info: LimitInfo {
-                rate,
-                rule: Some(rule.id),
-                mode,
-                fallback,
-                shadow: rule.shadow_mode,
-                quota: rule.quota_mode,
-                count_denied: rule.count_denied,
-                payment,
-            },
-            identity: rule.fingerprint,
-            name: rule.explicit_name.as_deref(),
-            replaces: &rule.replaces,
-            key: key.clone(),
-        })
-    });
-    Found::Limits(limits.collect())
+    Found::Limits(
+        rules
+            .limits_of(rule)
+            .iter()
+            .filter_map(|r| rule_limit(r, key.clone()))
+            .collect(),
+    )
 }
 
-/// A stable identity for a caller-supplied limit override in `domain` (part of its store keys,
-/// so its format is fixed: see `docs/architecture.md`).
-pub(crate) fn override_identity(domain: &str, rate: &Rate) -> u64 {
-    let text = format!(
-        "override\u{0}{domain}\u{0}{}\u{0}{}",
-        rate.requests_per_unit, rate.unit
+/// The limit of `rule` (one of a descriptor's limits) on the bucket keyed by `key`; `None` for
+/// an `unlimited` rule.
+fn rule_limit<'r, 'd>(
+    rule: &'r sluice_core::Rule,
+    key: Cow<'d, [Entry]>,
+) -> Option<Matched<'r, 'd>> {
+    let Limit::Limited {
+        rate,
+        mode,
+        fallback,
+        payment,
+    } = rule.limit
+    else {
+        return None;
+    };
+    Some(Matched {
+        info: LimitInfo {
+            rate,
+            rule: Some(rule.id),
+            mode,
+            fallback,
+            shadow: rule.shadow_mode,
+            quota: rule.quota_mode,
+            count_denied: rule.count_denied,
+            payment,
+        },
+        identity: rule.fingerprint,
+        store_identity: rule.fingerprint,
+        name: rule.explicit_name.as_deref(),
+        replaces: &rule.replaces,
+        key,
+    })
+}
+
+/// The limits of a descriptor carrying a caller's `limit` override. The override changes the
+/// rate of the descriptor's first limit, never its bucket: it charges the global bucket of the
+/// rule it matched (keyed as the rule keys it, `share_threshold` patterns included), and the
+/// descriptor's further limits (`rate_limits`) still apply. Every override value is its own
+/// local lease (the table identity includes the rate) on that one global bucket, and the store
+/// refills a bucket at the rate of each call, capped at that rate's burst, so no sequence of
+/// override values admits more than `max B + max L·t` of them: varying the override never
+/// buys a fresh bucket. With no rule matched (`limit_overrides: any`), every override of the
+/// descriptor in the domain shares one bucket of its own.
+fn overridden<'r, 'd>(
+    rules: &'r RuleSet,
+    domain: &str,
+    d: &'d Descriptor,
+    o: sluice_core::descriptor::LimitOverride,
+    rule: Option<&'r sluice_core::Rule>,
+    key: Cow<'d, [Entry]>,
+) -> Found<'r, 'd> {
+    let mut rate = Rate::per_unit(o.requests_per_unit, o.unit);
+    let (mut mode, mut fallback, mut shadow) = (Mode::Strict, Fallback::LocalShare, false);
+    let mut limits: SmallVec<[Matched<'r, 'd>; 1]> = SmallVec::new();
+    let (store_identity, key, name, replaces): (u64, Cow<'d, [Entry]>, _, &'r [String]) = match rule
+    {
+        Some(rule) => {
+            if let Limit::Limited {
+                rate: own,
+                mode: m,
+                fallback: f,
+                ..
+            } = rule.limit
+            {
+                if own.algorithm.is_window() {
+                    rate = per_window(o, &own);
+                }
+                (mode, fallback, shadow) = (m, f, rule.shadow_mode);
+            }
+            limits.extend(
+                rules.limits_of(rule)[1..]
+                    .iter()
+                    .filter_map(|r| rule_limit(r, key.clone())),
+            );
+            (
+                rule.fingerprint,
+                key,
+                rule.explicit_name.as_deref(),
+                &rule.replaces,
+            )
+        }
+        None => (
+            override_bucket_identity(domain),
+            Cow::Borrowed(&d.entries[..]),
+            None,
+            &[],
+        ),
+    };
+    limits.insert(
+        0,
+        Matched {
+            info: LimitInfo {
+                rate,
+                rule: None,
+                mode,
+                fallback,
+                shadow,
+                quota: false,
+                count_denied: false,
+                payment: Payment::Prepaid,
+            },
+            // A local rule's bucket is this process's own state: an override decides that same
+            // bucket at its rate (the ledger refills it at the rate of each decision).
+            identity: if mode == Mode::Local {
+                store_identity
+            } else {
+                override_identity(store_identity, &rate)
+            },
+            store_identity,
+            name,
+            replaces,
+            key,
+        },
     );
+    Found::Limits(limits)
+}
+
+/// An override on a window rule keeps the rule's window (its algorithm and period: windows
+/// of other periods do not line up, and a bucket read with another period would look like a
+/// new window): the override's requests per unit become the same rate per the rule's period,
+/// rounded down, at least 1.
+fn per_window(o: sluice_core::descriptor::LimitOverride, own: &Rate) -> Rate {
+    let per_period = u128::from(o.requests_per_unit) * u128::from(own.period_secs().max(1))
+        / u128::from(o.unit.seconds().max(1));
+    let n = u64::try_from(per_period).unwrap_or(u64::MAX).max(1);
+    Rate {
+        requests_per_unit: n,
+        burst: n,
+        ..*own
+    }
+}
+
+/// The table identity of a caller override's local lease: the global bucket it charges
+/// (`store_identity`) and the override's rate. Only this process sees it (store keys are made
+/// from `store_identity`), so its format may change between versions.
+pub(crate) fn override_identity(store_identity: u64, rate: &Rate) -> u64 {
+    let text = format!(
+        "override\u{0}{store_identity:016x}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
+        rate.requests_per_unit,
+        rate.unit,
+        rate.unit_multiplier,
+        rate.algorithm.as_str()
+    );
+    sluice_core::hash::fnv1a_of(text.as_bytes())
+}
+
+/// The identity of the global bucket that caller overrides of a descriptor no rule matches
+/// charge in `domain` (`limit_overrides: any`): one per descriptor, whatever the override's
+/// rate. Part of store keys, so its format is fixed (see `docs/architecture.md`).
+pub(crate) fn override_bucket_identity(domain: &str) -> u64 {
+    let text = format!("override\u{0}{domain}");
     sluice_core::hash::fnv1a_of(text.as_bytes())
 }

@@ -240,7 +240,7 @@ pub(crate) fn tracked_page(
             return;
         }
         if !filter.prefix.is_empty()
-            && !key::values_of(&key::store_key_of(key)).starts_with(&filter.prefix)
+            && !key::values_of(&key::store_key_of(b.identity, key)).starts_with(&filter.prefix)
         {
             return;
         }
@@ -264,7 +264,7 @@ pub(crate) fn tracked_page(
         .into_iter()
         .map(|ByKey(bytes, b)| {
             let (d, r) = owner(b.identity);
-            let store_key = key::store_key_of(&key::owned(&bytes));
+            let store_key = key::store_key_of(b.identity, &key::owned(&bytes));
             TrackedKey {
                 domain: d.to_string(),
                 rule: r.to_string(),

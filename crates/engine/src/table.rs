@@ -46,7 +46,7 @@ impl Return {
     fn take(bucket: &LeaseBucket, state: &mut LeaseState, now: u64) -> Option<Self> {
         state.expire(now);
         (state.lease > 0).then(|| Return {
-            store_key: key::store_key_of(&bucket.key),
+            store_key: key::store_key_of(bucket.identity, &bucket.key),
             rate: bucket.rate,
             tokens: std::mem::take(&mut state.lease),
             window: state.rare().lease_window,
@@ -117,10 +117,12 @@ impl BucketTable {
     }
 
     /// The bucket of `(identity, entries)`, created on first use (evicting keys at rest to make
-    /// room; their leases are added to `returns`). Touches it.
+    /// room; their leases are added to `returns`) with its global bucket's `store_identity`.
+    /// Touches it.
     pub(crate) fn slot(
         &self,
         identity: u64,
+        store_identity: u64,
         entries: &[Entry],
         info: &LimitInfo,
         now: u64,
@@ -132,7 +134,13 @@ impl BucketTable {
         }
         let fresh = || {
             let owned = key::with_encoded(identity, entries, key::owned);
-            Arc::new(LeaseBucket::new(owned, info.rate, info.mode, identity, now))
+            Arc::new(LeaseBucket::new(
+                owned,
+                info.rate,
+                info.mode,
+                store_identity,
+                now,
+            ))
         };
         if !self.make_room(now, returns) {
             self.metrics.keys_refused.inc();

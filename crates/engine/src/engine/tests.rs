@@ -77,7 +77,7 @@ async fn ask(e: &Engine, ds: &[Descriptor]) -> Decision {
 fn only_key(e: &Engine) -> (String, u64) {
     let mut found = Vec::new();
     e.table
-        .for_each(|k, b| found.push((key::store_key_of(k), b.lock().lease)));
+        .for_each(|k, b| found.push((key::store_key_of(b.identity, k), b.lock().lease)));
     assert_eq!(found.len(), 1, "one key tracked");
     found.remove(0)
 }
@@ -815,5 +815,6 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
     assert!(fell_back > 0, "some queued long enough to use the fallback");
 }
 
+mod overrides;
 mod post_paid;
 mod schema;
