@@ -88,6 +88,10 @@ pub struct LimitInfo {
     pub payment: Payment,
 }
 
+/// The longest a key refused for want of room waits before the table and the embedded store
+/// look for room again (keys at rest, buckets refilled): the retry time of such a denial.
+pub const NO_ROOM_RETRY: Duration = Duration::from_secs(1);
+
 /// Why a bucket denied a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denial {
@@ -95,8 +99,9 @@ pub enum Denial {
     Empty,
     /// The request costs more than the bucket's burst: it can never pass (and charged nothing).
     CostAboveBurst,
-    /// `engine.max_keys` is reached and every tracked key holds state that evicting would lose,
-    /// so this new key could not be tracked; it passes once a tracked key has refilled.
+    /// `engine.max_keys` is reached, every tracked key holds state that evicting would lose,
+    /// and this key's rule already holds its share of the room (see `room.rs`), so this new key
+    /// could not be tracked; ask again after [`NO_ROOM_RETRY`].
     NoRoom,
     /// The global store is unavailable and the rule's fallback is `deny`.
     StoreDown,
@@ -156,6 +161,25 @@ impl DescriptorOutcome {
                 (self.remaining, std::cmp::Reverse(self.until_full))
                     < (other.remaining, std::cmp::Reverse(other.until_full))
             }
+        }
+    }
+
+    /// The outcome of a descriptor under `limit` whose key found no room (`engine.max_keys`):
+    /// nothing left for it now, and the table and store look for room again within
+    /// [`NO_ROOM_RETRY`], so that is when to ask again (not a bucket's refill: the key has
+    /// none).
+    pub(crate) fn no_room(limit: LimitInfo, shadow: bool) -> Self {
+        Self {
+            code: if shadow { Code::Ok } else { Code::OverLimit },
+            limit: Some(limit),
+            remaining: 0,
+            debt: 0,
+            until_full: NO_ROOM_RETRY,
+            retry_after: (!shadow).then_some(NO_ROOM_RETRY),
+            denial: Some(Denial::NoRoom),
+            shadow_over_limit: shadow,
+            fallback: false,
+            unlimited: false,
         }
     }
 

@@ -14,7 +14,9 @@ use arc_swap::ArcSwap;
 use sluice_core::{Clock, Entry, RuleSet};
 use smallvec::SmallVec;
 
-use crate::decision::{Code, Decision, DescriptorOutcome, EngineSettings, RateLimitRequest};
+use crate::decision::{
+    Code, Decision, Denial, DescriptorOutcome, EngineSettings, RateLimitRequest,
+};
 use crate::lease::Leaser;
 use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
 use crate::metrics::{EngineMetrics, UsageOutcome};
@@ -170,6 +172,9 @@ impl Engine {
             let (charge, v) = (&plan.charges[at], &verdicts[at]);
             let shadow = charge.info.shadow;
             let reported = v.denial.filter(|_| !shadow);
+            if v.denial == Some(Denial::NoRoom) {
+                return DescriptorOutcome::no_room(charge.info, shadow);
+            }
             DescriptorOutcome {
                 code: if reported.is_some() {
                     Code::OverLimit

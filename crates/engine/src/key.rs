@@ -162,6 +162,12 @@ fn store_key_from<'a>(
     out
 }
 
+/// The identity a store key was made with ([`store_key`]'s first part), if it is one.
+pub fn identity_of(store_key: &str) -> Option<u64> {
+    let hex = store_key.strip_prefix("sluice:{")?.get(..16)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The descriptor values of a store key (`key=value|key=value`, escaped as [`store_key`] wrote them).
 pub fn values_of(store_key: &str) -> &str {
     store_key.split_once("}:").map_or("", |(_, values)| values)

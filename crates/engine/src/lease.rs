@@ -166,7 +166,10 @@ impl Leaser {
             .unwrap_or(Some(StoreError::Timeout));
         if let Some(e) = failed {
             charge.store = match e {
-                StoreError::Full => StoreStatus::NoRoom,
+                StoreError::Full => {
+                    self.metrics.key_refused("store", now);
+                    StoreStatus::NoRoom
+                }
                 _ => down(charge),
             };
         }

@@ -35,6 +35,7 @@ pub mod memory;
 pub mod metrics;
 mod plan;
 pub mod quota;
+mod room;
 pub mod store;
 mod table;
 

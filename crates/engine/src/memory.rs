@@ -4,9 +4,12 @@
 //! the engine leases from it exactly as it leases from Redis.
 //!
 //! It holds at most `max_keys` buckets. A full bucket is the same as an absent one, so full
-//! buckets are dropped (by housekeeping, and whenever room is needed); when every bucket held is
-//! below full, a new key is refused ([`StoreError::Full`]) rather than a limit reset.
+//! buckets are dropped (by housekeeping, and whenever room is needed). When every bucket held is
+//! below full, a rule with fewer buckets than its share takes room from the rule with the most
+//! (see [`Room`]: what those buckets held is left behind for their rule's new keys, so no limit
+//! is reset); otherwise a new key is refused ([`StoreError::Full`]).
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +18,8 @@ use dashmap::DashMap;
 use sluice_core::Clock;
 use sluice_core::bucket::{BucketState, Rate};
 
+use crate::key;
+use crate::room::{Room, Verdict};
 use crate::store::{GlobalStore, LeaseGrant, StoreError, StoreFuture};
 
 /// Global buckets in a [`DashMap`], timed by the injected clock.
@@ -23,7 +28,9 @@ pub struct MemoryStore<C: Clock> {
     clock: C,
     /// Each bucket with the rate it was last used with, so idle full buckets can be dropped;
     /// by [`KeyId`], not by the key string, which would cost ~70 bytes more per key.
-    buckets: DashMap<KeyId, (Rate, BucketState), foldhash::fast::RandomState>,
+    buckets: DashMap<KeyId, Stored, foldhash::fast::RandomState>,
+    /// Buckets per rule, so one rule's buckets cannot take every other rule's room.
+    room: Room,
     /// Two independently, randomly keyed SipHash functions: together a 128-bit key id.
     ids: (RandomState, RandomState),
     /// Most buckets held at once.
@@ -41,6 +48,16 @@ pub struct MemoryStore<C: Clock> {
 /// two keys share a bucket on purpose, and by chance it takes ~2^64 keys.
 type KeyId = u128;
 
+/// A bucket as the store holds it.
+#[derive(Debug)]
+struct Stored {
+    /// The rate it was last used with.
+    rate: Rate,
+    state: BucketState,
+    /// The identity of the rule it belongs to (from its store key; 0 for keys of another form).
+    holder: u64,
+}
+
 /// One RLQS client's demand: (client, milli-requests per second, expiry µs).
 type Demand = (u64, u64, u64);
 
@@ -57,6 +74,7 @@ impl<C: Clock> MemoryStore<C> {
             buckets: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             ids: (RandomState::new(), RandomState::new()),
             max_keys,
+            room: Room::new(max_keys),
             no_room_until: AtomicU64::new(0),
             demands: std::sync::Mutex::default(),
         })
@@ -67,19 +85,25 @@ impl<C: Clock> MemoryStore<C> {
     pub fn purge_full(&self) -> u64 {
         let now = self.clock.now_micros();
         let mut next_full = u64::MAX;
-        self.buckets.retain(|_, (rate, state)| {
-            let available = state.available_at(rate, now);
+        let mut dropped: HashMap<u64, usize> = HashMap::new();
+        self.buckets.retain(|_, b| {
+            let available = b.state.available_at(&b.rate, now);
             // A sliding window is full only once its previous window's hits no longer count.
-            let full = available >= rate.burst as f64;
-            if !full {
+            let full = available >= b.rate.burst as f64;
+            if full {
+                *dropped.entry(b.holder).or_default() += 1;
+            } else {
                 // At least once a second: a bucket that never refills must not make every new
                 // key rescan the store, nor keep it from ever looking again.
-                let until = rate.micros_until_at(available, rate.burst as f64, now);
+                let until = b.rate.micros_until_at(available, b.rate.burst as f64, now);
                 let wait = until.unwrap_or(u64::MAX).clamp(1, 1_000_000);
                 next_full = next_full.min(now.saturating_add(wait));
             }
             !full
         });
+        for (holder, n) in dropped {
+            self.room.removed(holder, n);
+        }
         next_full
     }
 
@@ -97,24 +121,46 @@ impl<C: Clock> MemoryStore<C> {
         (u128::from(self.ids.0.hash_one(key)) << 64) | u128::from(self.ids.1.hash_one(key))
     }
 
-    /// Whether a new bucket fits (dropping full ones if needed).
-    fn has_room(&self, now: u64) -> bool {
+    /// Whether a new bucket of `holder` fits: dropping full ones if needed, else taking room
+    /// from the rule with the most buckets if `holder` has fewer than its share.
+    fn has_room(&self, holder: u64, now: u64) -> bool {
         if self.buckets.len() < self.max_keys {
             return true;
         }
-        if now < self.no_room_until.load(Ordering::Relaxed) {
-            return false;
-        }
-        let next_full = self.purge_full();
-        let room = self.buckets.len() < self.max_keys;
-        if !room {
+        if now >= self.no_room_until.load(Ordering::Relaxed) {
+            let next_full = self.purge_full();
+            if self.buckets.len() < self.max_keys {
+                return true;
+            }
             self.no_room_until.store(next_full, Ordering::Relaxed);
         }
-        room
+        match self.room.verdict(holder) {
+            Verdict::TakeFrom(hog) => {
+                self.take_room_from(hog, now);
+                self.buckets.len() < self.max_keys
+            }
+            Verdict::Refuse => false,
+        }
     }
 
-    /// Runs `f` on the bucket at `key`, refilled to now; an absent bucket is created full if
-    /// `create` and there is room (else `f` is not run).
+    /// Evicts some buckets of `hog`, leaving what they held behind for its new keys.
+    fn take_room_from(&self, hog: u64, now: u64) {
+        let mut left = self.room.to_take(hog);
+        let before = left;
+        self.buckets.retain(|_, b| {
+            if left == 0 || b.holder != hog {
+                return true;
+            }
+            left -= 1;
+            self.room.leave_behind(hog, &b.rate, &b.state, now);
+            false
+        });
+        self.room.removed(hog, before - left);
+    }
+
+    /// Runs `f` on the bucket at `key`, refilled to now; an absent bucket is created (full, or
+    /// as its rule's evicted buckets left it) if `create` and there is room (else `f` is not
+    /// run).
     fn with_bucket<T>(
         &self,
         key: &str,
@@ -125,20 +171,25 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now_micros();
         let id = self.id(key);
         if let Some(mut entry) = self.buckets.get_mut(&id) {
-            let (stored_rate, state) = entry.value_mut();
-            *stored_rate = *rate;
-            return Some(f(state, now));
+            let b = entry.value_mut();
+            b.rate = *rate;
+            return Some(f(&mut b.state, now));
         }
-        if !create || !self.has_room(now) {
+        let holder = key::identity_of(key).unwrap_or(0);
+        if !create || !self.has_room(holder, now) {
             return None;
         }
-        let mut entry = self
-            .buckets
-            .entry(id)
-            .or_insert_with(|| (*rate, BucketState::full(rate, now)));
-        let (stored_rate, state) = entry.value_mut();
-        *stored_rate = *rate;
-        Some(f(state, now))
+        let mut entry = self.buckets.entry(id).or_insert_with(|| {
+            self.room.added(holder);
+            Stored {
+                rate: *rate,
+                state: self.room.start(holder, rate, now),
+                holder,
+            }
+        });
+        let b = entry.value_mut();
+        b.rate = *rate;
+        Some(f(&mut b.state, now))
     }
 }
 
@@ -186,14 +237,20 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         let now = self.clock.now_micros();
         let tokens = match self.buckets.get(&self.id(key)) {
-            Some(b) => b.1.available_at(&rate, now),
-            None => rate.burst as f64,
+            Some(b) => b.state.available_at(&rate, now),
+            // As it would start: its rule's evicted buckets may have left a lower level.
+            None => {
+                let holder = key::identity_of(key).unwrap_or(0);
+                self.room.start(holder, &rate, now).available(&rate)
+            }
         };
         Box::pin(async move { Ok(tokens) })
     }
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.buckets.remove(&self.id(key));
+        if let Some((_, b)) = self.buckets.remove(&self.id(key)) {
+            self.room.removed(b.holder, 1);
+        }
         Box::pin(async { Ok(()) })
     }
 

@@ -24,9 +24,12 @@ pub struct EngineMetrics {
     /// it (`unconfirmed`; never sent twice). Charged = reported - clamped - unconfirmed.
     /// A float counter: absurd reports (up to `u64::MAX` each) must not wrap it.
     pub usage_tokens: CounterVec,
-    /// `sluice_keys_refused_total`: new keys not tracked because `max_keys` was reached and no
-    /// tracked key was at rest (their requests were denied).
+    /// `sluice_keys_refused_total`: new keys not tracked because `max_keys` was reached (in
+    /// this instance's table, or the embedded store) and no room could be made: their requests
+    /// were denied as `no_room_for_key`.
     pub keys_refused: IntCounter,
+    /// When a refusal was last logged (µs): at most one line a second.
+    refusal_logged_at: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
     ops: [OpSeries; 4],
@@ -123,6 +126,7 @@ impl EngineMetrics {
             latency: store_latency.with_label_values(&[op]),
         });
         let m = Self {
+            refusal_logged_at: std::sync::Arc::default(),
             ops,
             granted: lease_tokens.with_label_values(&["granted"]),
             returned: lease_tokens.with_label_values(&["returned"]),
@@ -153,6 +157,26 @@ impl EngineMetrics {
         registry.register(Box::new(m.keys_refused.clone()))?;
         registry.register(Box::new(m.usage_tokens.clone()))?;
         Ok(m)
+    }
+
+    /// Counts a new key refused for want of room (`where_`: `table` or `store`) at `now` (µs),
+    /// and logs it at most once a second.
+    pub fn key_refused(&self, where_: &'static str, now: u64) {
+        use std::sync::atomic::Ordering;
+        self.keys_refused.inc();
+        let last = self.refusal_logged_at.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= 1_000_000)
+            && self
+                .refusal_logged_at
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                r#where = where_,
+                refused_total = self.keys_refused.get(),
+                "max_keys reached and no room could be made: new keys are denied (no_room_for_key)"
+            );
+        }
     }
 
     /// Counts one store call and its latency.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::bucket::{BucketState, Rate};
+use sluice_core::bucket::Rate;
 use sluice_core::config::Mode;
 use sluice_core::rules::{Limit, Match, Rule};
 use sluice_core::{Entry, RuleSet};
@@ -126,9 +126,10 @@ async fn limit_view(
         }
     }
     if mode == Mode::Local {
+        // An untracked key starts full, or as its rule's keys evicted for room left it.
         let tokens = view
             .global_remaining
-            .unwrap_or_else(|| BucketState::full(&rate, now).tokens);
+            .unwrap_or_else(|| table.start_state(rule.fingerprint, &rate, now).tokens);
         view.global_remaining = Some(tokens);
         view.until_full = until_full(&rate, tokens, now);
         return;

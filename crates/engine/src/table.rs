@@ -23,6 +23,7 @@ use crate::key::{self, BucketKey};
 use crate::ledger::LeaseState;
 use crate::metrics::EngineMetrics;
 use crate::plan::Slot;
+use crate::room::{Room, Verdict};
 
 /// The longest a full table waits before it looks for keys at rest again (µs).
 const RESCAN_MICROS: u64 = 1_000_000;
@@ -87,6 +88,8 @@ pub(crate) struct BucketTable {
     /// taking the bucket's own lock, so no map lock is ever held while another is taken.
     map: DashMap<Tracked, (), foldhash::fast::RandomState>,
     max_keys: usize,
+    /// Keys per rule, so one rule's local buckets cannot take every other rule's room.
+    room: Room,
     /// After a full table had no key at rest: the earliest time one can be (a local bucket
     /// refilled), so new keys before then are refused without scanning the table again.
     no_room_until: AtomicU64,
@@ -99,6 +102,7 @@ impl BucketTable {
         Self {
             map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             max_keys,
+            room: Room::new(max_keys),
             no_room_until: AtomicU64::new(0),
             metrics,
         }
@@ -142,38 +146,73 @@ impl BucketTable {
                 now,
             ))
         };
-        if !self.make_room(now, returns) {
-            self.metrics.keys_refused.inc();
+        if !self.make_room(store_identity, now, returns) {
             return Slot::NoRoom(fresh());
         }
         // Another request may have added the key meanwhile: its bucket wins.
         let bucket = match self.map.entry(Tracked(fresh())) {
             dashmap::Entry::Occupied(o) => Arc::clone(&o.key().0),
-            dashmap::Entry::Vacant(v) => Arc::clone(&v.insert_entry(()).key().0),
+            dashmap::Entry::Vacant(v) => {
+                let bucket = Arc::clone(&v.insert_entry(()).key().0);
+                self.room.added(store_identity);
+                if info.mode == sluice_core::config::Mode::Local {
+                    // No fuller than what this rule's keys evicted for others left behind.
+                    bucket.lock().local = self.room.start(store_identity, &info.rate, now);
+                }
+                bucket
+            }
         };
         bucket.touch(now);
         self.metrics.tracked_keys.set(self.map.len() as i64);
         Slot::Tracked(bucket)
     }
 
+    /// The local bucket a new key of rule `identity` would start with at `now`: full, or as
+    /// its rule's keys evicted for room left it.
+    pub(crate) fn start_state(
+        &self,
+        identity: u64,
+        rate: &sluice_core::bucket::Rate,
+        now: u64,
+    ) -> sluice_core::bucket::BucketState {
+        self.room.start(identity, rate, now)
+    }
+
     /// Forgets a key (an operator reset).
     pub(crate) fn remove(&self, identity: u64, entries: &[Entry]) {
-        key::with_encoded(identity, entries, |k| self.map.remove(k));
+        if let Some((Tracked(b), ())) = key::with_encoded(identity, entries, |k| self.map.remove(k))
+        {
+            self.room.removed(b.identity, 1);
+        }
         self.metrics.tracked_keys.set(self.map.len() as i64);
     }
 
-    /// Makes room for one more key; false if the table is full and no key is at rest. When full,
-    /// evicts the least recently used keys at rest until 90% of the bound remains (one pass to
-    /// find the cut-off time, one to evict).
-    fn make_room(&self, now: u64, returns: &mut Vec<Return>) -> bool {
+    /// Makes room for one more key of rule `holder`; false if the table is full, no key is at
+    /// rest, and `holder` may not take room from another rule ([`Room`]). When full, evicts the
+    /// least recently used keys at rest until 90% of the bound remains (one pass to find the
+    /// cut-off time, one to evict).
+    fn make_room(&self, holder: u64, now: u64, returns: &mut Vec<Return>) -> bool {
         let max = self.max_keys;
-        let before = self.map.len();
-        if before < max {
+        if self.map.len() < max {
             return true;
         }
-        if now < self.no_room_until.load(Ordering::Relaxed) {
-            return false;
+        if now >= self.no_room_until.load(Ordering::Relaxed) && self.evict_at_rest(now, returns) {
+            return true;
         }
+        let room = match self.room.verdict(holder) {
+            Verdict::TakeFrom(hog) => self.take_room_from(hog, now, returns),
+            Verdict::Refuse => false,
+        };
+        if !room {
+            self.metrics.key_refused("table", now);
+        }
+        room
+    }
+
+    /// Evicts the least recently used keys at rest of a full table; false if none is.
+    fn evict_at_rest(&self, now: u64, returns: &mut Vec<Return>) -> bool {
+        let max = self.max_keys;
+        let before = self.map.len();
         let keep = (max - max / 10).saturating_sub(1);
         let mut resting = Vec::new();
         let mut next_at_rest = u64::MAX;
@@ -197,21 +236,24 @@ impl BucketTable {
             let wait = next_at_rest.clamp(1, RESCAN_MICROS);
             self.no_room_until
                 .store(now.saturating_add(wait), Ordering::Relaxed);
-            tracing::debug!("max_keys reached and no tracked key is at rest: new keys are denied");
+            tracing::debug!("max_keys reached and no tracked key is at rest");
             return false;
         }
         // Keys at rest used at or before `cutoff` are the `evict` least recently used (ties may
         // evict a few more).
         let (_, cutoff, _) = resting.select_nth_unstable(evict - 1);
         let cutoff = *cutoff;
+        let mut removed = Removed::default();
         self.map.retain(|Tracked(bucket), ()| {
             let keep =
                 bucket.last_used() > cutoff || bucket.last_used() >= now || !bucket.at_rest(now);
             if !keep {
                 returns.extend(Return::take(bucket, &mut bucket.lock(), now));
+                removed.add(bucket.identity);
             }
             keep
         });
+        removed.apply(&self.room);
         let evicted = before.saturating_sub(self.map.len());
         self.metrics
             .evictions
@@ -224,10 +266,47 @@ impl BucketTable {
         self.map.len() < max
     }
 
+    /// Evicts some keys of rule `hog`: keys at rest (their leases go back), and local buckets
+    /// that are not, whose state is left behind for its new keys; whether that made room.
+    fn take_room_from(&self, hog: u64, now: u64, returns: &mut Vec<Return>) -> bool {
+        let mut left = self.room.to_take(hog);
+        let before = left;
+        self.map.retain(|Tracked(bucket), ()| {
+            // A key used at this very instant may be part of a request being decided.
+            if left == 0 || bucket.identity != hog || bucket.last_used() >= now {
+                return true;
+            }
+            let mut state = bucket.lock();
+            if bucket.mode == sluice_core::config::Mode::Local
+                && !state.at_rest(bucket.mode, &bucket.rate, now)
+            {
+                // Usage not yet sent to the store would be lost with the key.
+                if state.rare().debt_pending > 0 {
+                    return true;
+                }
+                self.room.leave_behind(hog, &bucket.rate, &state.local, now);
+            } else if state.at_rest(bucket.mode, &bucket.rate, now) {
+                returns.extend(Return::take(bucket, &mut state, now));
+            } else {
+                return true;
+            }
+            left -= 1;
+            false
+        });
+        self.room.removed(hog, before - left);
+        self.metrics
+            .evictions
+            .with_label_values(&["capacity"])
+            .inc_by((before - left) as u64);
+        self.metrics.tracked_keys.set(self.map.len() as i64);
+        self.map.len() < self.max_keys
+    }
+
     /// Takes back leases unspent for `ttl` (cold leases: `cold_ttl`) and evicts keys idle for
     /// `idle` that are at rest; returns the tokens to hand back.
     pub(crate) fn sweep(&self, now: u64, idle: u64, (ttl, cold_ttl): (u64, u64)) -> Vec<Return> {
         let mut returns = Vec::new();
+        let mut removed = Removed::default();
         let before = self.map.len();
         self.map.retain(|Tracked(bucket), ()| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
@@ -245,8 +324,13 @@ impl BucketTable {
                 // The global reading is stale once tokens went back; read it again on use.
                 state.global_known = false;
             }
-            !(is_idle && state.at_rest(bucket.mode, &bucket.rate, now))
+            let evict = is_idle && state.at_rest(bucket.mode, &bucket.rate, now);
+            if evict {
+                removed.add(bucket.identity);
+            }
+            !evict
         });
+        removed.apply(&self.room);
         let evicted = before.saturating_sub(self.map.len());
         self.metrics
             .evictions
@@ -272,6 +356,23 @@ impl BucketTable {
         for entry in self.map.iter() {
             let bucket = &entry.key().0;
             f(&bucket.key, bucket);
+        }
+    }
+}
+
+/// Keys removed in one pass over the table, by rule: counted out of [`Room`] after the pass
+/// (one lock of the room per rule, not per key).
+#[derive(Default)]
+struct Removed(std::collections::HashMap<u64, usize>);
+
+impl Removed {
+    fn add(&mut self, holder: u64) {
+        *self.0.entry(holder).or_default() += 1;
+    }
+
+    fn apply(self, room: &Room) {
+        for (holder, n) in self.0 {
+            room.removed(holder, n);
         }
     }
 }

@@ -194,9 +194,15 @@ fn key_id(p: &Pick, engine: usize) -> KeyId {
 
 struct World {
     clock: ManualClock,
+    /// The store both engines share, and its bound.
+    store: Arc<MemoryStore<ManualClock>>,
+    max_keys: usize,
     engines: Vec<Engine>,
     /// Per key: its first use and the hits admitted since.
     admitted: BTreeMap<KeyId, (u64, u64)>,
+    /// Per value of `o` (every override rate together): its first use, the hits admitted
+    /// since, and the most generous override (per second, and burst) used on it.
+    overridden: BTreeMap<u8, (u64, u64, u64)>,
 }
 
 impl World {
@@ -225,8 +231,11 @@ impl World {
             .collect();
         Self {
             clock,
+            store,
+            max_keys: c.max_keys,
             engines,
             admitted: BTreeMap::new(),
+            overridden: BTreeMap::new(),
         }
     }
 
@@ -331,7 +340,10 @@ async fn request(
         if let (Some(b), Some(a)) = (before[id], w.available(&picks[i], engine).await) {
             let want = if charged { hits as f64 } else { 0.0 };
             let taken = b.total() - a.total();
-            let capped = a.store >= burst as f64 - 1e-6 && taken > want;
+            // Or a full store took the key's bucket for another rule's room: its rule's new
+            // buckets start no fuller than the emptiest it lost (tokens lost, never gained).
+            let capped =
+                taken > want && (a.store >= burst as f64 - 1e-6 || w.store.len() >= w.max_keys);
             prop_assert!(
                 (taken - want).abs() < 1e-6 || capped,
                 "{:?}: {:?} before, {:?} after, {} charged (allowed: {})",
@@ -346,6 +358,24 @@ async fn request(
         let entry = w.admitted.entry(*id).or_insert((now, 0));
         if charged {
             entry.1 = entry.1.saturating_add(hits);
+        }
+        if id.0 == "o" {
+            // Every override of a descriptor charges one bucket, whatever its rate: the bound is
+            // the most generous override's, over all of them together.
+            let all = w.overridden.entry(id.1).or_insert((now, 0, 0));
+            all.2 = all.2.max(id.2);
+            if charged {
+                all.1 = all.1.saturating_add(hits);
+            }
+            let bound = all.2 as f64 * (1.0 + (now - all.0) as f64 / 1e6);
+            prop_assert!(
+                all.1 as f64 <= bound + 1e-6,
+                "o={} admitted {} > the most generous override's B + L·t = {}",
+                id.1,
+                all.1,
+                bound
+            );
+            continue;
         }
         let bound = burst as f64 + rps * (now - entry.0) as f64 / 1e6;
         prop_assert!(

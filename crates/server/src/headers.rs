@@ -48,8 +48,10 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
             let retry_after_secs = match denial {
                 None | Some(Denial::CostAboveBurst) => None,
                 Some(Denial::Empty) => o.retry_after.map(|d| ceil_secs(d).max(1)),
-                // Room for the key, or the store, may be back any moment: ask again soon.
-                Some(Denial::NoRoom | Denial::StoreDown) => Some(1),
+                // Room is looked for again within `NO_ROOM_RETRY`.
+                Some(Denial::NoRoom) => o.retry_after.map(|d| ceil_secs(d).max(1)),
+                // The store may be back any moment: ask again soon.
+                Some(Denial::StoreDown) => Some(1),
             };
             Some(PolicyView {
                 name: sf_string_content(label),
@@ -106,6 +108,11 @@ pub fn problem_body(policies: &[PolicyView]) -> String {
         .find(|p| p.denial == Some(Denial::CostAboveBurst))
         .or(denied.first());
     let detail = match (first, retry) {
+        (Some(p), retry) if p.denial == Some(Denial::NoRoom) => format!(
+            "sluice tracks as many keys as it may (engine.max_keys) and rate limit \"{}\" already holds its share of them: this new key cannot be tracked now; retry in {} s.",
+            p.name,
+            retry.unwrap_or(1)
+        ),
         (Some(p), _) if p.denial == Some(Denial::CostAboveBurst) => format!(
             "This request costs more than rate limit \"{}\" allows at once ({} requests): it can never pass.",
             p.name, p.burst

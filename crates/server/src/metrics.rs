@@ -43,14 +43,23 @@ struct ApiSeries {
 }
 
 /// `sluice_decisions_total` per rule of one rule set, indexed by rule id then by outcome (ok,
-/// over_limit, shadow_over_limit, fallback); each made on first use, so only seen outcomes show.
+/// over_limit, shadow_over_limit, fallback, no_room); each made on first use, so only seen
+/// outcomes show.
 #[derive(Debug)]
 struct RuleSeries {
     rules: Arc<RuleSet>,
-    counters: Vec<[OnceLock<IntCounter>; 4]>,
+    counters: Vec<[OnceLock<IntCounter>; 5]>,
 }
 
-const OUTCOMES: [&str; 4] = ["ok", "over_limit", "shadow_over_limit", "fallback"];
+/// `no_room`: the key found no room in a full table (`engine.max_keys`), told apart from a
+/// limit reached so that a full table never hides among ordinary denials.
+const OUTCOMES: [&str; 5] = [
+    "ok",
+    "over_limit",
+    "shadow_over_limit",
+    "fallback",
+    "no_room",
+];
 
 /// Server-side series.
 #[derive(Debug, Clone)]
@@ -203,7 +212,9 @@ impl ServerMetrics {
 }
 
 fn outcome_index(o: &DescriptorOutcome) -> usize {
-    if o.fallback {
+    if o.denial == Some(sluice_engine::Denial::NoRoom) && o.code == Code::OverLimit {
+        4
+    } else if o.fallback {
         3
     } else if o.shadow_over_limit {
         2
