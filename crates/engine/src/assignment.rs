@@ -18,6 +18,12 @@
 //! Envoy applying it: a response delayed longer than that could let Envoy refill unpaid for the
 //! difference (a localhost stream delivers in well under a millisecond).
 
+mod funds;
+mod share;
+
+pub use funds::Funds;
+pub use share::{NEW_TTL, Reported, Share, Step, TTL};
+
 /// Time allowed between sluice sending a response and Envoy applying it, in microseconds.
 pub const MARGIN_MICROS: u64 = 250_000;
 

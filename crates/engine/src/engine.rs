@@ -320,5 +320,8 @@ impl Engine {
     }
 }
 
+mod shares;
+pub use shares::Payee;
+
 #[cfg(test)]
 mod tests;

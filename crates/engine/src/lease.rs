@@ -400,7 +400,7 @@ impl Leaser {
             async move {
                 let started = Instant::now();
                 let result = leaser.store.close_window(&store_key, rate, window).await;
-                leaser.observe(StoreOp::Charge, started, &result);
+                leaser.observe(StoreOp::Close, started, &result);
             },
             &handle,
         );

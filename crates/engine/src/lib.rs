@@ -42,7 +42,7 @@ mod table;
 pub use decision::{
     Code, Decision, Denial, DescriptorOutcome, EngineSettings, LimitInfo, RateLimitRequest,
 };
-pub use engine::Engine;
+pub use engine::{Engine, Payee};
 pub use memory::MemoryStore;
 pub use metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
 pub use store::{GlobalStore, LeaseGrant, StoreError};

@@ -32,7 +32,7 @@ pub struct EngineMetrics {
     refusal_logged_at: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
-    ops: [OpSeries; 4],
+    ops: [OpSeries; 6],
     /// `sluice_lease_tokens_total{event="granted"}` and `{event="returned"}`.
     granted: IntCounter,
     returned: IntCounter,
@@ -62,6 +62,10 @@ pub enum StoreOp {
     Peek = 2,
     /// Charge post-paid usage, into debt.
     Charge = 3,
+    /// Close a fixed window that counts denials (`count_denied`).
+    Close = 4,
+    /// Record an RLQS stream's demand and read everyone's.
+    Demand = 5,
 }
 
 /// How a store call ended (the `outcome` label).
@@ -79,7 +83,7 @@ pub enum StoreOutcome {
     Full = 4,
 }
 
-const OPS: [&str; 4] = ["lease", "release", "peek", "charge"];
+const OPS: [&str; 6] = ["lease", "release", "peek", "charge", "close", "demand"];
 const OUTCOMES: [&str; 5] = ["ok", "timeout", "unavailable", "error", "full"];
 
 #[derive(Debug, Clone)]

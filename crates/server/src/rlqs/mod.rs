@@ -4,16 +4,18 @@
 //! buckets sluice assigns, and streams usage reports back. Each stream is one task
 //! ([`stream::run`]): reports come in (every 5 s in Envoy 1.40, and at once for a new bucket),
 //! and every second, or at once for a bucket seen for the first time, each bucket's next
-//! assignment is paid from the global store and sent ([`bucket::Bucket::next`]). A bucket id maps
-//! to the rule whose descriptor uses its keys (`RuleSet::match_bucket_id`), with the store key RLS
-//! and ext_authz charge: one limit, whichever API enforces it.
+//! assignment is decided and paid by the engine ([`Share::next`](sluice_engine::assignment::Share),
+//! `crates/engine/src/assignment/`): every token through the engine's door for RLQS (the same
+//! global buckets, key table, local buckets and store deadline as RLS and ext_authz). A bucket id
+//! maps to the rule whose descriptor uses its keys (`RuleSet::match_bucket_id`), with the store
+//! key RLS and ext_authz charge: one limit, whichever API enforces it. This module keeps the
+//! stream, the wire and the timers.
 //!
-//! - [`bucket`]: one bucket's share, prepaid assignment and pool.
-//! - [`stream`]: the per-stream loop, matching, abandoning idle buckets, returning pools.
+//! - [`stream`]: the per-stream loop, matching, bounds on bucket ids, abandoning idle buckets,
+//!   returning pools.
 //! - [`view`]: what operators see: metrics and the Quota API's `ListAssignments`.
 //! - [`wire`]: proto conversions.
 
-pub mod bucket;
 pub mod stream;
 pub mod view;
 pub mod wire;
@@ -30,28 +32,10 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::state::AppState;
 
 /// What every RLQS stream of this sidecar shares.
+#[derive(Debug, Default)]
 pub struct Shared {
     /// Each open stream's buckets, for the Quota API.
     pub streams: view::Streams,
-    /// The store for `mode: local` rules: this sidecar's own buckets, apart from the global
-    /// store (RLS and ext_authz keep theirs in the engine: RLQS and they do not share a local
-    /// limit).
-    pub local: Arc<dyn sluice_engine::GlobalStore>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").finish_non_exhaustive()
-    }
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Self {
-            streams: view::Streams::default(),
-            local: sluice_engine::MemoryStore::new(sluice_core::SystemClock::new()),
-        }
-    }
 }
 
 /// Responses waiting to be written to one stream; a stream whose Envoy stops reading stops being

@@ -17,15 +17,14 @@ use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{BucketMatch, Limit};
 use sluice_core::{Entry, Rule, RuleSet};
-use sluice_engine::GlobalStore;
-use sluice_engine::assignment::Strategy;
+use sluice_engine::Payee;
+use sluice_engine::assignment::{Funds, Reported, Share, Step, Strategy, TTL};
 use sluice_engine::key::{key_value, store_key};
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
 use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc::Sender;
 use tonic::{Status, Streaming};
 
-use super::bucket::{Bucket, Further, Reported, Source, Step, TTL};
 use super::view::{BucketView, RlqsMetrics, StreamView};
 use super::wire;
 use crate::state::AppState;
@@ -35,21 +34,23 @@ use crate::state::AppState;
 pub const MAX_BUCKETS: usize = 4096;
 /// A bucket with no reported traffic for this long is abandoned.
 pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
+/// Most bytes of bucket ids (keys and values as Envoy sent them) one stream may hold; ids
+/// beyond are left unassigned (Envoy applies its `no_assignment_behavior`) and counted
+/// (`too_large`). Each id is held once, and answers must name it as Envoy sent it.
+pub const MAX_ID_BYTES: usize = 1 << 20;
 /// How often every bucket is looked at.
 const TICK: Duration = Duration::from_secs(1);
-/// How often a stream drops full buckets from the store of `mode: local` rules.
-const HOUSEKEEPING_MICROS: u64 = 30_000_000;
 
 /// A bucket the stream tracks.
 enum Tracked {
     /// Matched a limited rule.
-    Limited(Box<Bucket>),
+    Limited(Box<Share>),
     /// No limit applies: kept at `ALLOW_ALL`.
     Free(Free),
 }
 
 struct Free {
-    entries: Vec<Entry>,
+    entries: Arc<[Entry]>,
     sent_at: Option<u64>,
     reported: Reported,
 }
@@ -76,7 +77,7 @@ pub async fn run(
         domain: None,
         rules: state.engine.rules(),
         slots: HashMap::new(),
-        housekept_at: 0,
+        id_bytes: 0,
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -128,10 +129,10 @@ struct RlqsStream {
     domain: Option<String>,
     /// The rules the buckets were matched with.
     rules: Arc<RuleSet>,
-    /// By bucket id, entries sorted by key.
-    slots: HashMap<Vec<Entry>, Slot>,
-    /// When this stream last ran the local store's housekeeping.
-    housekept_at: u64,
+    /// By bucket id, entries sorted by key (the one copy of each id the stream holds).
+    slots: HashMap<Arc<[Entry]>, Slot>,
+    /// Bytes of the bucket ids in `slots` (bounded by [`MAX_ID_BYTES`]).
+    id_bytes: usize,
 }
 
 impl RlqsStream {
@@ -171,80 +172,85 @@ impl RlqsStream {
             };
             let elapsed = wire::seconds(usage.time_elapsed.as_ref());
             let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
-            if !self.slots.contains_key(&entries) {
-                if self.slots.len() >= MAX_BUCKETS {
-                    self.state
-                        .metrics
-                        .rlqs
-                        .refused
-                        .with_label_values(&["too_many"])
-                        .inc();
-                    continue;
+            let id = match self.slots.get_key_value(entries.as_slice()) {
+                Some((id, _)) => Arc::clone(id),
+                None => {
+                    let bytes = id_bytes(&entries);
+                    let refused = if self.slots.len() >= MAX_BUCKETS {
+                        Some("too_many")
+                    } else if self.id_bytes + bytes > MAX_ID_BYTES {
+                        Some("too_large")
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = refused {
+                        self.state
+                            .metrics
+                            .rlqs
+                            .refused
+                            .with_label_values(&[reason])
+                            .inc();
+                        continue;
+                    }
+                    let id: Arc<[Entry]> = entries.into();
+                    let slot = self.track(Arc::clone(&id), now);
+                    self.id_bytes += bytes;
+                    self.slots.insert(Arc::clone(&id), slot);
+                    id
                 }
-                let slot = self.track(entries.clone(), now);
-                self.slots.insert(entries.clone(), slot);
-            }
-            let Some(slot) = self.slots.get_mut(&entries) else {
-                continue;
             };
-            let m = &self.state.metrics.rlqs;
-            m.reported
-                .with_label_values(&[&slot.rule, "allowed"])
-                .inc_by(allowed);
-            m.reported
-                .with_label_values(&[&slot.rule, "denied"])
-                .inc_by(denied);
-            match &mut slot.tracked {
-                Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
-                Tracked::Free(f) => {
-                    f.reported.add(allowed, denied, now);
-                }
-            }
+            self.record(&id, allowed, denied, elapsed, now);
         }
         Ok(())
     }
 
-    /// The store an RLQS bucket of a rule in `mode` pays from: the global one, or this sidecar's
-    /// own for `mode: local`.
-    fn store_for(&self, mode: Mode) -> Arc<dyn GlobalStore> {
-        if mode == Mode::Local {
-            Arc::clone(&self.state.rlqs.local) as Arc<dyn GlobalStore>
-        } else {
-            Arc::clone(self.state.engine.store())
+    /// Adds one usage report to the bucket `id` tracks.
+    fn record(&mut self, id: &[Entry], allowed: u64, denied: u64, elapsed: u64, now: u64) {
+        let Some(slot) = self.slots.get_mut(id) else {
+            return;
+        };
+        let m = &self.state.metrics.rlqs;
+        m.reported
+            .with_label_values(&[&slot.rule, "allowed"])
+            .inc_by(allowed);
+        m.reported
+            .with_label_values(&[&slot.rule, "denied"])
+            .inc_by(denied);
+        match &mut slot.tracked {
+            Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
+            Tracked::Free(f) => {
+                f.reported.add(allowed, denied, now);
+            }
         }
     }
 
-    /// Starts tracking a bucket id (entries sorted by key) under the current rules.
-    fn track(&self, entries: Vec<Entry>, now: u64) -> Slot {
+    /// Starts tracking a bucket id (entries sorted by key) under the current rules: its share
+    /// is paid through the engine, from the rule's bucket and its descriptor's further limits.
+    fn track(&self, id: Arc<[Entry]>, now: u64) -> Slot {
         let domain = self.domain.as_deref().unwrap_or_default();
         let shadow = self.state.runtime.load().shadow_mode;
-        let (tracked, rule) = match self.rules.match_bucket_id(domain, &entries) {
+        let (tracked, rule) = match self.rules.match_bucket_id(domain, &id) {
             BucketMatch::Rule(rule, ordered) => match enforced(rule, shadow) {
                 Some((rate, mode, fallback)) => {
                     let further = self.rules.limits_of(rule)[1..]
                         .iter()
                         .filter_map(|r| {
                             let (rate, mode, _) = enforced(r, shadow)?;
-                            Some(Further {
-                                store: self.store_for(mode),
-                                key: store_key(r.fingerprint, &ordered),
-                                rate,
-                            })
+                            Some(Payee::new(r.fingerprint, &ordered, rate, mode))
                         })
                         .collect();
-                    let source = Source {
-                        store: self.store_for(mode),
-                        key: store_key(rule.fingerprint, &ordered),
-                        rate,
+                    let funds = Funds {
+                        engine: Arc::clone(&self.state.engine),
+                        payee: Payee::new(rule.fingerprint, &ordered, rate, mode),
                         fallback,
                         further,
                     };
-                    let b = Bucket::new(ordered, rule.label.clone(), source, self.id, now);
+                    let b = Share::new(id, rule.label.clone(), funds, self.id, now);
                     (Tracked::Limited(Box::new(b)), rule.label.clone())
                 }
-                None => (free(ordered, now), rule.label.clone()),
+                None => (free(id, now), rule.label.clone()),
             },
-            BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(entries, now), String::new()),
+            BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(id, now), String::new()),
         };
         self.state.metrics.rlqs.bucket(&rule, 1);
         Slot {
@@ -258,11 +264,6 @@ impl RlqsStream {
     async fn act(&mut self) -> Vec<BucketAction> {
         let mut actions = Vec::new();
         let now = self.state.engine.now();
-        if now.saturating_sub(self.housekept_at) >= HOUSEKEEPING_MICROS {
-            // `mode: local` buckets live in this sidecar's own store: drop the full ones.
-            self.housekept_at = now;
-            self.state.rlqs.local.housekeeping();
-        }
         let rules = self.state.engine.rules();
         let reloaded = !Arc::ptr_eq(&rules, &self.rules);
         let shadow = self.state.runtime.load().shadow_mode;
@@ -285,7 +286,18 @@ impl RlqsStream {
                 continue;
             }
             let step = match &mut slot.tracked {
-                Tracked::Limited(b) => b.next(now, instances).await,
+                Tracked::Limited(b) => {
+                    let step = b.next(now, instances).await;
+                    if b.no_room {
+                        self.state
+                            .metrics
+                            .rlqs
+                            .refused
+                            .with_label_values(&["no_room"])
+                            .inc();
+                    }
+                    step
+                }
                 Tracked::Free(f) => f.next(now),
             };
             if let Step::Send(strategy, ttl) = step {
@@ -308,6 +320,7 @@ impl RlqsStream {
         }
         for id in gone {
             if let Some(slot) = self.slots.remove(&id) {
+                self.id_bytes -= id_bytes(&id);
                 actions.push(wire::abandon(entries_of(&slot.tracked)));
                 self.state.metrics.rlqs.sent(None);
                 retire(&self.state.metrics.rlqs, slot, |b| b.abandon(now)).await;
@@ -319,8 +332,9 @@ impl RlqsStream {
     /// The stream ended: unassigned tokens go back to the store (what Envoy may still admit
     /// until its assignments expire stays spent).
     async fn finish(&mut self) {
+        self.id_bytes = 0;
         for (_, slot) in std::mem::take(&mut self.slots) {
-            retire(&self.state.metrics.rlqs, slot, Bucket::take_pool).await;
+            retire(&self.state.metrics.rlqs, slot, Share::take_pool).await;
         }
     }
 
@@ -373,7 +387,7 @@ impl Free {
     }
 }
 
-fn free(entries: Vec<Entry>, now: u64) -> Tracked {
+fn free(entries: Arc<[Entry]>, now: u64) -> Tracked {
     Tracked::Free(Free {
         entries,
         sent_at: None,
@@ -393,6 +407,11 @@ fn entries_of(t: &Tracked) -> &[Entry] {
         Tracked::Limited(b) => &b.entries,
         Tracked::Free(f) => &f.entries,
     }
+}
+
+/// The bytes a bucket id holds: its keys and values as Envoy sent them.
+fn id_bytes(entries: &[Entry]) -> usize {
+    entries.iter().map(|e| e.key.len() + e.value.len()).sum()
 }
 
 fn pairs(entries: &[Entry]) -> Vec<(String, String)> {
@@ -430,10 +449,10 @@ fn same_limit(tracked: &Tracked, now: BucketMatch<'_>, shadow: bool) -> bool {
 
 /// Stops tracking a slot: the tokens `back` says the store may take again are returned, the
 /// stream's demand is withdrawn, and the slot leaves the metrics.
-async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Bucket) -> u64) {
+async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Share) -> u64) {
     if let Tracked::Limited(b) = &mut slot.tracked {
         let tokens = back(b);
-        b.source().release(tokens).await;
+        b.funds().release(tokens).await;
         b.withdraw().await;
     }
     if slot.gauged != 0.0 {

@@ -77,8 +77,10 @@ impl RlqsMetrics {
             refused: register_int_counter_vec_with_registry!(
                 Opts::new(
                     "sluice_rlqs_buckets_refused_total",
-                    "RLQS buckets left unassigned, by reason (too_many: the stream holds the \
-                     most buckets it may; bad_id: an invalid bucket id)."
+                    "RLQS buckets left unassigned or denied, by reason (too_many: the stream \
+                     holds the most buckets it may; too_large: its bucket ids already hold \
+                     1 MiB; bad_id: an invalid bucket id; no_room: engine.max_keys left no room \
+                     for the bucket's key, so it was sent DENY_ALL)."
                 ),
                 &["reason"],
                 registry

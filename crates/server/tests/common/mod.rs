@@ -1,6 +1,8 @@
 //! Starts a real sluice server on 127.0.0.1:0 and gives tests real gRPC clients.
 #![allow(dead_code)]
 
+pub mod rlqs;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,7 +47,8 @@ impl TestServer {
         let runtime = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
             config.rules,
-            MemoryStore::new(SystemClock::new()),
+            // As `sluice serve` makes it: bounded by `engine.max_keys`.
+            MemoryStore::with_max_keys(SystemClock::new(), config.engine.max_keys),
             Arc::new(SystemClock::new()),
             EngineSettings::from(&config.engine),
             EngineMetrics::register(&registry).expect("metrics"),

@@ -1,9 +1,8 @@
 //! How large a bucket's share is: the fair share of the rule's rate from everyone's demand, the
 //! entitlement that bounds its leases, and the token bucket Envoy is sent for a rate.
 
-use sluice_engine::assignment::{TokenBucket, fair_share};
-
-use super::{Bucket, LOOKAHEAD, MIN_STEP};
+use super::super::{TokenBucket, fair_share};
+use super::{LOOKAHEAD, MIN_STEP, Share};
 
 /// A stream may lease this much more than its fair share, so that timing jitter (a late tick, a
 /// lease rounded down) does not starve a share it is entitled to.
@@ -24,7 +23,7 @@ const SHRINK_BELOW: f64 = 0.7;
 /// Fill intervals are chosen so that a share has this many steps per interval at the rule's rate.
 const STEPS: f64 = 100.0;
 
-impl Bucket {
+impl Share {
     /// The share to move to, if any: from demand (or an even split before Envoy reported any),
     /// with hysteresis around `current`; `None` keeps the share Envoy holds.
     pub(super) fn target(&self, current: Option<TokenBucket>, instances: u64) -> Option<f64> {
@@ -67,7 +66,7 @@ impl Bucket {
         let rate = self.fair_rate(instances) * ENTITLEMENT_SLACK;
         let elapsed = now.saturating_sub(self.entitled_at) as f64 / 1e6;
         self.entitled_at = now;
-        let burst_share = self.source.rate.burst as f64 / self.sharers(instances);
+        let burst_share = self.funds.payee.rate.burst as f64 / self.sharers(instances);
         if self.entitled.is_infinite() {
             // A new bucket starts with its share of the burst, so the first sidecar to ask
             // does not take the whole burst.
@@ -79,7 +78,7 @@ impl Bucket {
     }
 
     pub(super) fn rate_per_sec(&self) -> f64 {
-        let r = &self.source.rate;
+        let r = &self.funds.payee.rate;
         r.requests_per_unit as f64 * 1e6 / r.period_micros() as f64
     }
 
@@ -101,7 +100,7 @@ impl Bucket {
         let per_fill = (rate * f64::from(interval))
             .round()
             .clamp(1.0, f64::from(u32::MAX));
-        let burst = self.source.rate.burst.clamp(1, u64::from(u32::MAX)) as f64;
+        let burst = self.funds.payee.rate.burst.clamp(1, u64::from(u32::MAX)) as f64;
         let max_tokens = (rate * BUCKET_SECS).ceil().clamp(1.0, burst);
         TokenBucket {
             max_tokens: max_tokens as u32,

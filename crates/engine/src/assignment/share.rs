@@ -22,14 +22,16 @@
 //!   unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`, `local_share` → a token bucket at the
 //!   rule's rate over the live sidecars.
 
+use std::sync::Arc;
+
 use sluice_core::Entry;
 use sluice_core::config::Fallback;
-use sluice_engine::assignment::{Prepaid, Quote, Strategy, TokenBucket};
+
+use super::funds::Funds;
+use super::{Prepaid, Quote, Strategy, TokenBucket};
+use crate::store::StoreError;
 
 mod sizing;
-mod source;
-
-pub use source::{Further, Source};
 
 /// TTL of a strategy when it is first sent (seconds).
 pub const NEW_TTL: u32 = 3;
@@ -97,12 +99,13 @@ impl Reported {
 }
 
 /// One bucket of one stream.
-pub struct Bucket {
-    /// The bucket id's entries, in the rule's order.
-    pub entries: Vec<Entry>,
+pub struct Share {
+    /// The bucket id as Envoy sent it (answers must name it so), sorted by key; shared with
+    /// the stream's index of its buckets, so it is held once.
+    pub entries: Arc<[Entry]>,
     /// The rule's label (metrics, Quota API).
     pub rule: String,
-    source: Source,
+    funds: Funds,
     prepaid: Prepaid,
     /// Tokens leased (or credited) and not yet assigned.
     pool: f64,
@@ -127,15 +130,17 @@ pub struct Bucket {
     pub reported: Reported,
     /// Whether the strategy in force was sent unpaid (store down).
     pub unpaid: bool,
+    /// Whether the last lease found no room for the key (`engine.max_keys`).
+    pub no_room: bool,
 }
 
-impl Bucket {
+impl Share {
     /// A bucket first reported at `now`.
-    pub fn new(entries: Vec<Entry>, rule: String, source: Source, client: u64, now: u64) -> Self {
+    pub fn new(entries: Arc<[Entry]>, rule: String, funds: Funds, client: u64, now: u64) -> Self {
         Self {
             entries,
             rule,
-            source,
+            funds,
             prepaid: Prepaid::default(),
             pool: 0.0,
             demand: None,
@@ -149,12 +154,13 @@ impl Bucket {
             entitled_at: now,
             reported: Reported::new(now),
             unpaid: false,
+            no_room: false,
         }
     }
 
-    /// The store key.
+    /// The store key of the rule's bucket.
     pub fn key(&self) -> &str {
-        &self.source.key
+        &self.funds.payee.store_key
     }
 
     /// Takes a usage report in.
@@ -180,6 +186,7 @@ impl Bucket {
 
     /// Decides what to send at `now` and pays for it; `instances` is the live sidecar count.
     pub async fn next(&mut self, now: u64, instances: u64) -> Step {
+        self.no_room = false;
         // Everyone's demand: after each report, and every tick while Envoy denies requests (so
         // a sidecar whose Envoys just started reporting is heard within a second, not a report).
         if self.demand_unsent || (self.saturated && now >= self.shared_at + 1_000_000) {
@@ -208,12 +215,18 @@ impl Bucket {
         if need > self.pool + SLACK && self.entitled >= 1.0 {
             let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
             let want = (need - self.pool + rate * LOOKAHEAD).min(self.entitled);
-            if self.lease(want).await.is_err() {
+            match self.lease(want).await {
+                Ok(()) => {}
+                // No room for the key (`engine.max_keys`): nothing unpaid is ever sent; what
+                // the pool pays for is, then DENY_ALL below, as RLS denies such a key.
+                Err(StoreError::Full) => self.no_room = true,
                 // The store is down: a paid assignment runs on while it can, then the fallback.
-                if current.is_some() && !self.lapsing(now) {
-                    return Step::Keep;
+                Err(_) => {
+                    if current.is_some() && !self.lapsing(now) {
+                        return Step::Keep;
+                    }
+                    return self.fallback(now, instances);
                 }
-                return self.fallback(now, instances);
             }
         }
         // A new share: the target, or half-way to a larger one (each change restarts Envoy's
@@ -288,20 +301,29 @@ impl Bucket {
         // Before Envoy reported a duration, claim the whole rate: others then split it evenly
         // with this stream at once instead of a report later.
         let mine = milli(self.demand.unwrap_or_else(|| self.rate_per_sec()));
-        let s = &self.source;
-        match s.store.demand(&s.key, self.client, mine, DEMAND_TTL).await {
+        let f = &self.funds;
+        match f
+            .engine
+            .share_demand(&f.payee, self.client, mine, DEMAND_TTL)
+            .await
+        {
             Ok(all) => {
                 self.everyone = Some(all.into_iter().map(|m| m as f64 / 1000.0).collect());
             }
-            Err(e) => tracing::debug!(key = %s.key, error = %e, "RLQS demand not shared"),
+            Err(e) => {
+                tracing::debug!(key = %f.payee.store_key, error = %e, "RLQS demand not shared")
+            }
         }
     }
 
     /// Withdraws this stream's demand (the bucket is abandoned or the stream ended).
     pub async fn withdraw(&self) {
         if self.everyone.is_some() {
-            let s = &self.source;
-            let _ = s.store.demand(&s.key, self.client, 0, DEMAND_TTL).await;
+            let f = &self.funds;
+            let _ = f
+                .engine
+                .share_demand(&f.payee, self.client, 0, DEMAND_TTL)
+                .await;
         }
     }
 
@@ -321,9 +343,9 @@ impl Bucket {
         back
     }
 
-    /// The source, to return tokens to.
-    pub fn source(&self) -> &Source {
-        &self.source
+    /// Where the share's tokens came from, to return them to.
+    pub fn funds(&self) -> &Funds {
+        &self.funds
     }
 
     /// The tokens per second of the strategy in force (0 for DENY_ALL, the rule's rate for
@@ -337,7 +359,7 @@ impl Bucket {
     }
 
     fn sent(&mut self, strategy: Strategy, ttl: u32, now: u64, unpaid: bool) -> Step {
-        tracing::debug!(key = %self.source.key, ?strategy, ttl, pool = self.pool, demand = ?self.demand,
+        tracing::debug!(key = %self.funds.payee.store_key, ?strategy, ttl, pool = self.pool, demand = ?self.demand,
             saturated = self.saturated, unpaid, entitled = self.entitled, everyone = ?self.everyone, "RLQS assignment");
         self.prepaid.commit(strategy, ttl, now);
         self.unpaid = unpaid;
@@ -345,7 +367,7 @@ impl Bucket {
     }
 
     fn fallback(&mut self, now: u64, instances: u64) -> Step {
-        let strategy = match self.source.fallback {
+        let strategy = match self.funds.fallback {
             Fallback::Allow => Strategy::AllowAll,
             Fallback::Deny => Strategy::DenyAll,
             Fallback::LocalShare => self.prepaid.distinct(Strategy::Bucket(
@@ -373,19 +395,20 @@ impl Bucket {
         self.prepaid.quote(s, NEW_TTL, now)
     }
 
-    /// Leases `tokens` (rounded up, at most the burst) into the pool; `Err` if the store is
-    /// unavailable.
-    async fn lease(&mut self, tokens: f64) -> Result<(), ()> {
-        let want = tokens.floor().clamp(1.0, self.source.rate.burst as f64) as u64;
-        match self.source.lease(want).await {
+    /// Leases `tokens` (rounded down, at least 1, at most the burst) into the pool.
+    async fn lease(&mut self, tokens: f64) -> Result<(), StoreError> {
+        let want = tokens
+            .floor()
+            .clamp(1.0, self.funds.payee.rate.burst as f64) as u64;
+        match self.funds.lease(want).await {
             Ok(granted) => {
                 self.pool += granted as f64;
                 self.entitled -= granted as f64;
                 Ok(())
             }
             Err(e) => {
-                tracing::debug!(key = %self.source.key, error = %e, "RLQS lease failed");
-                Err(())
+                tracing::debug!(key = %self.funds.payee.store_key, error = %e, "RLQS lease failed");
+                Err(e)
             }
         }
     }
