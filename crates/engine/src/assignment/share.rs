@@ -440,3 +440,6 @@ fn s_rate(s: Strategy) -> f64 {
         _ => 0.0,
     }
 }
+
+#[cfg(test)]
+mod tests;

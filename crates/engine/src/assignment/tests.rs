@@ -20,7 +20,7 @@ fn tb(max_tokens: u32, tokens_per_fill: u32, fill_interval_secs: u32) -> Strateg
 
 /// Envoy's side: the most a bucket could admit (a client taking every token as it appears).
 #[derive(Default)]
-struct EnvoyModel {
+pub(super) struct EnvoyModel {
     /// The token bucket in force: its strategy (rate at creation), creation and expiry time.
     current: Option<(TokenBucket, u64, u64)>,
     last_receipt: u64,
@@ -34,7 +34,7 @@ impl EnvoyModel {
         }
     }
 
-    fn receive(&mut self, strategy: Strategy, ttl_secs: u32, at: u64) {
+    pub(super) fn receive(&mut self, strategy: Strategy, ttl_secs: u32, at: u64) {
         let at = at.max(self.last_receipt);
         self.last_receipt = at;
         if let Some((_, _, expires)) = self.current
@@ -59,7 +59,7 @@ impl EnvoyModel {
         }
     }
 
-    fn finish(mut self) -> f64 {
+    pub(super) fn finish(mut self) -> f64 {
         self.close(u64::MAX);
         self.admitted
     }

@@ -1,0 +1,162 @@
+//! The whole RLQS share state machine against models of Envoy 1.40's filter: several Envoys on
+//! one bucket, random demand, a store that fails or has no room at random, several limits on
+//! the descriptor. Whatever happens, what all the Envoys could admit stays within every limit's
+//! `B + L·t`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use proptest::prelude::{ProptestConfig, prop, prop_assert, proptest};
+use proptest::strategy::Strategy as _;
+use sluice_core::Clock as _;
+use sluice_core::ManualClock;
+use sluice_core::bucket::Rate;
+
+use super::super::tests::EnvoyModel;
+use super::*;
+use crate::store::{GlobalStore, LeaseGrant, StoreFuture};
+use crate::{Engine, EngineMetrics, EngineSettings, MemoryStore, Payee};
+
+const SEC: u64 = 1_000_000;
+
+/// The embedded store, failing at will: `0` answers, `1` is unavailable, `2` has no room.
+struct Flaky {
+    inner: Arc<MemoryStore<ManualClock>>,
+    mode: AtomicU8,
+}
+
+impl Flaky {
+    fn call<'a, T: Send + 'a>(
+        &'a self,
+        call: impl FnOnce(&'a MemoryStore<ManualClock>) -> StoreFuture<'a, T>,
+    ) -> StoreFuture<'a, T> {
+        match self.mode.load(Ordering::Relaxed) {
+            0 => call(&self.inner),
+            1 => Box::pin(async { Err(StoreError::Unavailable("down".into())) }),
+            _ => Box::pin(async { Err(StoreError::Full) }),
+        }
+    }
+}
+
+impl GlobalStore for Flaky {
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        self.call(|s| s.lease(key, rate, want))
+    }
+    fn charge<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        n: u64,
+        d: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        self.call(|s| s.charge(key, rate, n, d))
+    }
+    fn release<'a>(&'a self, key: &'a str, rate: Rate, n: u64, w: u64) -> StoreFuture<'a, ()> {
+        // A failed return loses tokens: stricter, never looser.
+        self.call(|s| s.release(key, rate, n, w))
+    }
+    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
+        self.call(|s| s.peek(key, rate))
+    }
+    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.reset(key)
+    }
+    fn demand<'a>(
+        &'a self,
+        key: &'a str,
+        client: u64,
+        milli_rps: u64,
+        ttl: std::time::Duration,
+    ) -> StoreFuture<'a, Vec<u64>> {
+        self.call(|s| s.demand(key, client, milli_rps, ttl))
+    }
+    fn name(&self) -> &'static str {
+        "flaky"
+    }
+}
+
+/// One tick's events for each Envoy: requests it reports (allowed, denied), and what the store
+/// does during the tick.
+type Tick = (Vec<(u16, u16)>, u8);
+
+fn ticks() -> impl proptest::strategy::Strategy<Value = (usize, u64, u64, Vec<Tick>)> {
+    (1usize..4, 5u64..200, 1u64..400).prop_flat_map(|(envoys, rate, minute)| {
+        let tick = (
+            prop::collection::vec((0u16..300, 0u16..300), envoys),
+            prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]),
+        );
+        (
+            proptest::strategy::Just(envoys),
+            proptest::strategy::Just(rate),
+            proptest::strategy::Just(minute),
+            prop::collection::vec(tick, 5..40),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn envoys_never_admit_more_than_any_limit_allows((envoys, rate, minute, ticks) in ticks()) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async {
+            let clock = ManualClock::at(1);
+            let store = Arc::new(Flaky {
+                inner: MemoryStore::new(clock.clone()),
+                mode: AtomicU8::new(0),
+            });
+            let engine = Arc::new(Engine::new(
+                sluice_core::RuleSet::default(),
+                store.clone(),
+                Arc::new(clock.clone()),
+                EngineSettings::default(),
+                EngineMetrics::unregistered(),
+            ));
+            let per_second = Rate::per_unit(rate, sluice_core::Unit::Second);
+            let per_minute = Rate::per_unit(minute, sluice_core::Unit::Minute);
+            let entries = [Entry::new("tenant", "t")];
+            let funds = Funds {
+                engine: Arc::clone(&engine),
+                payee: Payee::new(1, &entries, per_second, sluice_core::config::Mode::Strict),
+                // The store-down fallback is the rule's: `deny` assigns nothing unpaid.
+                fallback: Fallback::Deny,
+                further: vec![Payee::new(2, &entries, per_minute, sluice_core::config::Mode::Strict)],
+            };
+            let id: Arc<[Entry]> = entries.to_vec().into();
+            let mut shares: Vec<Share> = (0..envoys)
+                .map(|i| Share::new(Arc::clone(&id), "r".into(), funds.clone(), i as u64, clock.now_micros()))
+                .collect();
+            let mut models: Vec<EnvoyModel> = (0..envoys).map(|_| EnvoyModel::default()).collect();
+            let start = clock.now_micros();
+            for (i, (reports, mode)) in ticks.iter().enumerate() {
+                store.mode.store(*mode, Ordering::Relaxed);
+                let now = clock.now_micros();
+                for (k, share) in shares.iter_mut().enumerate() {
+                    let (allowed, denied) = reports[k];
+                    // Envoy 1.40: a first report of 0 s, then one every 5 s.
+                    let elapsed = if i == 0 { 0 } else { 5 };
+                    if i % 5 == 0 {
+                        share.report(u64::from(allowed), u64::from(denied), elapsed, now);
+                    }
+                    if let Step::Send(strategy, ttl) = share.next(now, envoys as u64).await {
+                        // Delivered within the margin the prices allow for.
+                        models[k].receive(strategy, ttl, now + super::super::MARGIN_MICROS / 2);
+                    }
+                }
+                clock.advance_micros(SEC);
+            }
+            let end = clock.now_micros();
+            let admitted: f64 = models.into_iter().map(EnvoyModel::finish).sum();
+            let t = (end - start) as f64 / 1e6;
+            for (r, name) in [(per_second, "per second"), (per_minute, "per minute")] {
+                let bound = r.burst as f64 + r.requests_per_unit as f64 * t / r.unit.seconds() as f64;
+                prop_assert!(
+                    admitted <= bound + 1e-6,
+                    "{envoys} Envoys could admit {admitted:.1} > {name} B + L·t = {bound:.1}"
+                );
+            }
+            Ok(())
+        })?;
+    }
+}
