@@ -139,7 +139,7 @@ redis:
   timeout: 20ms
 YAML
 for i in 0 1; do
-  serve "1879$((i + 1))" "$work/pod$i-sluice.log" ./target/release/sluice serve --config "$work/pods.yaml" \
+  serve "1879$((i + 1))" "$work/pod$i-sluice.log" "${SLUICE_BIN:-./target/release/sluice}" serve --config "$work/pods.yaml" \
     --grpc-addr "127.0.0.1:1879$((i + 1))" --admin-addr "127.0.0.1:1879$((i + 5))" --reload-interval 0s
   pids+=("$SERVED_PID")
   {

@@ -1,7 +1,7 @@
 //! One Envoy bucket on one RLQS stream: its demand, the assignment sluice paid for, and the
 //! tokens leased for it but not yet assigned.
 //!
-//! Every tick (and after each usage report) [`Bucket::next`] picks the strategy to send:
+//! Every tick (and after each usage report) [`Share::next`] picks the strategy to send:
 //! - **Fair share from demand**: the reported requests per second (allowed + denied over
 //!   `time_elapsed`) goes to the store with every report, and every second while Envoy denies;
 //!   the store answers every sidecar's, and the share is their max-min fair split of
@@ -9,13 +9,14 @@
 //!   them). Before Envoy reported a duration the stream claims the whole rate and takes the rate
 //!   over the sidecars sharing it. A share is kept while demand stays within 70–105% of it (grown
 //!   only while Envoy denies), since a changed strategy restarts Envoy's bucket full.
-//! - **Paid first**: the strategy's [`Quote`](sluice_engine::assignment::Quote) is taken from the
+//! - **Paid first**: the strategy's [`Quote`] is taken from the
 //!   pool, leasing the shortfall plus `LOOKAHEAD` seconds of the share in one store call, never
 //!   more than the stream's entitlement (its fair share per second, with `ENTITLEMENT_SLACK`).
 //!   What cannot be paid is not sent: the share Envoy holds is renewed (shorter if need be: a TTL
 //!   within what is paid costs nothing), else a share the pool pays for, else `DENY_ALL` until the
 //!   global bucket refills.
-//! - **Renewed every tick**: a new strategy is sent with a `NEW_TTL` TTL, renewals grow it a
+//! - **Renewed every tick**: a new strategy is sent with the longest TTL up to `NEW_TTL` the
+//!   pool pays for (a full share at 1 s rather than a smaller one at 3 s), renewals grow it a
 //!   second at a time to `TTL`, so a stream that drops keeps Envoy enforcing a paid share until
 //!   Envoy reconnects (at its next report, 5 s in Envoy 1.40).
 //! - **Store down**: a paid assignment runs on until it would lapse; then the rule's fallback,
@@ -25,12 +26,12 @@
 use std::sync::Arc;
 
 use sluice_core::Entry;
-use sluice_core::config::Fallback;
 
 use super::funds::Funds;
-use super::{Prepaid, Quote, Strategy, TokenBucket};
+use super::{Prepaid, Strategy};
 use crate::store::StoreError;
 
+mod pay;
 mod sizing;
 
 /// TTL of a strategy when it is first sent (seconds).
@@ -44,7 +45,7 @@ const RENEWED_TTL: u32 = 3;
 pub const TTL: u32 = 6;
 /// An assignment that is not surely live this long after now lapses before the next tick
 /// (a tick and half a tick of jitter, microseconds).
-const RENEW_BEFORE: u64 = 1_500_000;
+pub(super) const RENEW_BEFORE: u64 = 1_500_000;
 /// A share grows to its target only by at least this factor (each change restarts Envoy's
 /// bucket full), and half-way to it only by at least `HALF_STEP`.
 pub(super) const MIN_STEP: f64 = 1.05;
@@ -52,7 +53,7 @@ const HALF_STEP: f64 = 1.25;
 /// How long a demand counts in the store without a new report (three of Envoy's 5 s reports).
 const DEMAND_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Slack for float rounding in sums of fractional costs (never a whole token).
-const SLACK: f64 = 1e-9;
+pub(super) const SLACK: f64 = 1e-9;
 /// Seconds of the share leased ahead with each store call (fewer store calls per bucket).
 pub(super) const LOOKAHEAD: f64 = 2.0;
 
@@ -242,22 +243,16 @@ impl Share {
                         if r < have * step {
                             continue;
                         }
-                        let s = self
-                            .prepaid
-                            .distinct(Strategy::Bucket(self.token_bucket(r)));
-                        if self.try_pay(s, NEW_TTL, now) {
-                            return self.sent(s, NEW_TTL, now, false);
+                        if let Some(step) = self.try_share(r, now) {
+                            return step;
                         }
                     }
                 }
                 _ => {
                     let mut r = rate;
                     while r >= self.min_rate() {
-                        let s = self
-                            .prepaid
-                            .distinct(Strategy::Bucket(self.token_bucket(r)));
-                        if self.try_pay(s, NEW_TTL, now) {
-                            return self.sent(s, NEW_TTL, now, false);
+                        if let Some(step) = self.try_share(r, now) {
+                            return step;
                         }
                         r *= 0.7;
                     }
@@ -356,76 +351,6 @@ impl Share {
             Some(Strategy::AllowAll) => self.rate_per_sec(),
             _ => 0.0,
         }
-    }
-
-    fn sent(&mut self, strategy: Strategy, ttl: u32, now: u64, unpaid: bool) -> Step {
-        tracing::debug!(key = %self.funds.payee.store_key, ?strategy, ttl, pool = self.pool, demand = ?self.demand,
-            saturated = self.saturated, unpaid, entitled = self.entitled, everyone = ?self.everyone, "RLQS assignment");
-        self.prepaid.commit(strategy, ttl, now);
-        self.unpaid = unpaid;
-        Step::Send(strategy, ttl)
-    }
-
-    fn fallback(&mut self, now: u64, instances: u64) -> Step {
-        let strategy = match self.funds.fallback {
-            Fallback::Allow => Strategy::AllowAll,
-            Fallback::Deny => Strategy::DenyAll,
-            Fallback::LocalShare => self.prepaid.distinct(Strategy::Bucket(
-                self.token_bucket(self.rate_per_sec() / instances.max(1) as f64),
-            )),
-        };
-        if self.prepaid.strategy() == Some(strategy) && self.unpaid && !self.lapsing(now) {
-            return Step::Keep;
-        }
-        self.sent(strategy, NEW_TTL, now, true)
-    }
-
-    /// The token bucket Envoy surely still holds when a response sent now arrives.
-    fn live_bucket(&self, now: u64) -> Option<TokenBucket> {
-        match self.prepaid.strategy() {
-            Some(Strategy::Bucket(tb)) if self.prepaid.live(now) && !self.unpaid => Some(tb),
-            _ => None,
-        }
-    }
-
-    fn quote_rate(&self, rate: f64, now: u64) -> Quote {
-        let s = self
-            .prepaid
-            .distinct(Strategy::Bucket(self.token_bucket(rate)));
-        self.prepaid.quote(s, NEW_TTL, now)
-    }
-
-    /// Leases `tokens` (rounded down, at least 1, at most the burst) into the pool.
-    async fn lease(&mut self, tokens: f64) -> Result<(), StoreError> {
-        let want = tokens
-            .floor()
-            .clamp(1.0, self.funds.payee.rate.burst as f64) as u64;
-        match self.funds.lease(want).await {
-            Ok(granted) => {
-                self.pool += granted as f64;
-                self.entitled -= granted as f64;
-                Ok(())
-            }
-            Err(e) => {
-                tracing::debug!(key = %self.funds.payee.store_key, error = %e, "RLQS lease failed");
-                Err(e)
-            }
-        }
-    }
-
-    /// Pays for `strategy` from the pool if it can.
-    fn try_pay(&mut self, strategy: Strategy, ttl: u32, now: u64) -> bool {
-        let q = self.prepaid.quote(strategy, ttl, now);
-        if self.pool + q.credit + SLACK < q.cost {
-            return false;
-        }
-        self.pool += q.credit - q.cost;
-        true
-    }
-
-    /// Whether the assignment in force lapses before the next tick can renew it.
-    fn lapsing(&self, now: u64) -> bool {
-        !self.prepaid.live(now.saturating_add(RENEW_BEFORE))
     }
 }
 

@@ -11,6 +11,7 @@ use proptest::strategy::Strategy as _;
 use sluice_core::Clock as _;
 use sluice_core::ManualClock;
 use sluice_core::bucket::Rate;
+use sluice_core::config::Fallback;
 
 use super::super::tests::EnvoyModel;
 use super::*;
