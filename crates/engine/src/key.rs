@@ -117,7 +117,7 @@ pub fn store_key(identity: u64, entries: &[Entry]) -> String {
 }
 
 /// The global store's key of the bucket with store identity `identity` (its
-/// [`LeaseBucket::identity`](crate::bucket::LeaseBucket::identity)) and encoded key `key`: the
+/// `LeaseBucket::identity`) and encoded key `key`: the
 /// same as [`store_key`] of that identity and the entries `key` was encoded from. Buckets do not
 /// keep their store key: it is made again for the rare store call, which saves its allocation on
 /// every tracked key.

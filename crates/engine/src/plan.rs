@@ -5,15 +5,17 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use sluice_core::bucket::Rate;
-use sluice_core::config::{Fallback, Mode};
-use sluice_core::rules::{Limit, Match, Payment};
+use sluice_core::rules::Payment;
 use sluice_core::{Descriptor, Entry, RuleSet};
 use smallvec::SmallVec;
 
 use crate::bucket::LeaseBucket;
 use crate::decision::{LimitInfo, RateLimitRequest};
 use crate::ledger::{StoreStatus, Terms};
+
+mod matching;
+
+use matching::{Found, Matched, matched};
 
 /// Where a bucket came from: tracked in the engine's table, or made for this request only
 /// because there was no room to track it (denied as [`StoreStatus::NoRoom`]).
@@ -98,32 +100,6 @@ pub(crate) struct Plan {
     /// Descriptors that matched an `unlimited` rule (answered with no limit, and the most
     /// remaining a status can say).
     pub(crate) unlimited: SmallVec<[usize; 2]>,
-}
-
-/// What matching found for one descriptor.
-enum Found<'r, 'd> {
-    /// No rule applies.
-    Nothing,
-    /// An `unlimited` rule.
-    Unlimited,
-    /// Its limits (one per `rate_limits` entry), in file order.
-    Limits(SmallVec<[Matched<'r, 'd>; 1]>),
-}
-
-/// A limit matched by one descriptor.
-struct Matched<'r, 'd> {
-    info: LimitInfo,
-    /// The identity its bucket is tracked by in the table.
-    identity: u64,
-    /// The identity of its global bucket (part of the store key): the table identity, except
-    /// for a caller override, whose local lease is per rate (see [`overridden`]).
-    store_identity: u64,
-    /// The rule's `name`, which other rules may replace.
-    name: Option<&'r str>,
-    /// The names this rule replaces.
-    replaces: &'r [String],
-    /// The entries its bucket is keyed by.
-    key: Cow<'d, [Entry]>,
 }
 
 impl Plan {
@@ -269,186 +245,4 @@ impl Plan {
             .iter()
             .any(|c| !c.info.shadow && !c.info.quota && c.terms(1).hopeless().is_some())
     }
-}
-
-/// The limits of descriptor `d` in `domain`, with the identity of each one's bucket and the
-/// entries they are keyed by.
-fn matched<'r, 'd>(rules: &'r RuleSet, domain: &str, d: &'d Descriptor) -> Found<'r, 'd> {
-    let (found, key) = rules.match_keyed(domain, &d.entries);
-    let rule = match found {
-        Match::Rule(rule) => Some(rule),
-        _ => None,
-    };
-    if let Some(o) = d.limit_override
-        && rules.honours_override(domain, &d.entries)
-    {
-        return overridden(rules, domain, d, o, rule, key);
-    }
-    let Some(rule) = rule else {
-        return Found::Nothing;
-    };
-    if rule.limit == Limit::Unlimited {
-        return Found::Unlimited;
-    }
-    Found::Limits(
-        rules
-            .limits_of(rule)
-            .iter()
-            .filter_map(|r| rule_limit(r, key.clone()))
-            .collect(),
-    )
-}
-
-/// The limit of `rule` (one of a descriptor's limits) on the bucket keyed by `key`; `None` for
-/// an `unlimited` rule.
-fn rule_limit<'r, 'd>(
-    rule: &'r sluice_core::Rule,
-    key: Cow<'d, [Entry]>,
-) -> Option<Matched<'r, 'd>> {
-    let Limit::Limited {
-        rate,
-        mode,
-        fallback,
-        payment,
-    } = rule.limit
-    else {
-        return None;
-    };
-    Some(Matched {
-        info: LimitInfo {
-            rate,
-            rule: Some(rule.id),
-            mode,
-            fallback,
-            shadow: rule.shadow_mode,
-            quota: rule.quota_mode,
-            count_denied: rule.count_denied,
-            payment,
-        },
-        identity: rule.fingerprint,
-        store_identity: rule.fingerprint,
-        name: rule.explicit_name.as_deref(),
-        replaces: &rule.replaces,
-        key,
-    })
-}
-
-/// The limits of a descriptor carrying a caller's `limit` override. The override changes the
-/// rate of the descriptor's first limit, never its bucket: it charges the global bucket of the
-/// rule it matched (keyed as the rule keys it, `share_threshold` patterns included), and the
-/// descriptor's further limits (`rate_limits`) still apply. Every override value is its own
-/// local lease (the table identity includes the rate) on that one global bucket, and the store
-/// refills a bucket at the rate of each call, capped at that rate's burst, so no sequence of
-/// override values admits more than `max B + max L·t` of them: varying the override never
-/// buys a fresh bucket. With no rule matched (`limit_overrides: any`), every override of the
-/// descriptor in the domain shares one bucket of its own.
-fn overridden<'r, 'd>(
-    rules: &'r RuleSet,
-    domain: &str,
-    d: &'d Descriptor,
-    o: sluice_core::descriptor::LimitOverride,
-    rule: Option<&'r sluice_core::Rule>,
-    key: Cow<'d, [Entry]>,
-) -> Found<'r, 'd> {
-    let mut rate = Rate::per_unit(o.requests_per_unit, o.unit);
-    let (mut mode, mut fallback, mut shadow) = (Mode::Strict, Fallback::LocalShare, false);
-    let mut limits: SmallVec<[Matched<'r, 'd>; 1]> = SmallVec::new();
-    let (store_identity, key, name, replaces): (u64, Cow<'d, [Entry]>, _, &'r [String]) = match rule
-    {
-        Some(rule) => {
-            if let Limit::Limited {
-                rate: own,
-                mode: m,
-                fallback: f,
-                ..
-            } = rule.limit
-            {
-                if own.algorithm.is_window() {
-                    rate = per_window(o, &own);
-                }
-                (mode, fallback, shadow) = (m, f, rule.shadow_mode);
-            }
-            limits.extend(
-                rules.limits_of(rule)[1..]
-                    .iter()
-                    .filter_map(|r| rule_limit(r, key.clone())),
-            );
-            (
-                rule.fingerprint,
-                key,
-                rule.explicit_name.as_deref(),
-                &rule.replaces,
-            )
-        }
-        None => (
-            override_bucket_identity(domain),
-            Cow::Borrowed(&d.entries[..]),
-            None,
-            &[],
-        ),
-    };
-    limits.insert(
-        0,
-        Matched {
-            info: LimitInfo {
-                rate,
-                rule: None,
-                mode,
-                fallback,
-                shadow,
-                quota: false,
-                count_denied: false,
-                payment: Payment::Prepaid,
-            },
-            // A local rule's bucket is this process's own state: an override decides that same
-            // bucket at its rate (the ledger refills it at the rate of each decision).
-            identity: if mode == Mode::Local {
-                store_identity
-            } else {
-                override_identity(store_identity, &rate)
-            },
-            store_identity,
-            name,
-            replaces,
-            key,
-        },
-    );
-    Found::Limits(limits)
-}
-
-/// An override on a window rule keeps the rule's window (its algorithm and period: windows
-/// of other periods do not line up, and a bucket read with another period would look like a
-/// new window): the override's requests per unit become the same rate per the rule's period,
-/// rounded down, at least 1.
-fn per_window(o: sluice_core::descriptor::LimitOverride, own: &Rate) -> Rate {
-    let per_period = u128::from(o.requests_per_unit) * u128::from(own.period_secs().max(1))
-        / u128::from(o.unit.seconds().max(1));
-    let n = u64::try_from(per_period).unwrap_or(u64::MAX).max(1);
-    Rate {
-        requests_per_unit: n,
-        burst: n,
-        ..*own
-    }
-}
-
-/// The table identity of a caller override's local lease: the global bucket it charges
-/// (`store_identity`) and the override's rate. Only this process sees it (store keys are made
-/// from `store_identity`), so its format may change between versions.
-pub(crate) fn override_identity(store_identity: u64, rate: &Rate) -> u64 {
-    let text = format!(
-        "override\u{0}{store_identity:016x}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
-        rate.requests_per_unit,
-        rate.unit,
-        rate.unit_multiplier,
-        rate.algorithm.as_str()
-    );
-    sluice_core::hash::fnv1a_of(text.as_bytes())
-}
-
-/// The identity of the global bucket that caller overrides of a descriptor no rule matches
-/// charge in `domain` (`limit_overrides: any`): one per descriptor, whatever the override's
-/// rate. Part of store keys, so its format is fixed (see `docs/architecture.md`).
-pub(crate) fn override_bucket_identity(domain: &str) -> u64 {
-    let text = format!("override\u{0}{domain}");
-    sluice_core::hash::fnv1a_of(text.as_bytes())
 }

@@ -8,9 +8,10 @@
 //! - [`rlqs`] — the rate limit quota service,
 //!   `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`.
 //! - [`quota`] — the operator API, `sluice.v1.Quota` (peek, list, watch, rules).
+//! - [`assignments`]: each open RLQS stream's buckets, as `ListAssignments` shows them.
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
-//! - [`metrics`]: request and decision series.
+//! - [`metrics`]: request and decision series; RLQS series in [`metrics::rlqs`].
 //! - [`limits`]: bounds on connections, streams, watchers and time for every port.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
 //! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
@@ -18,6 +19,7 @@
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
 pub mod admin;
+pub mod assignments;
 pub mod authz;
 pub mod headers;
 pub mod incoming;

@@ -1,6 +1,8 @@
 //! Request and decision metrics. Labels are bounded by configuration: API names, rule labels,
 //! fixed outcome words; never descriptor values or request domains.
 
+pub mod rlqs;
+
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -74,7 +76,7 @@ pub struct ServerMetrics {
     /// `disabled`, `not_found`, `failed`): failed attempts show someone guessing the token.
     pub resets: IntCounterVec,
     /// RLQS streams, buckets and assignments.
-    pub rlqs: crate::rlqs::view::RlqsMetrics,
+    pub rlqs: rlqs::RlqsMetrics,
     rls: ApiSeries,
     authz: ApiSeries,
     report: ApiSeries,
@@ -128,7 +130,7 @@ impl ServerMetrics {
             latency,
             decisions,
             resets,
-            rlqs: crate::rlqs::view::RlqsMetrics::register(registry)?,
+            rlqs: rlqs::RlqsMetrics::register(registry)?,
             rule_series: Arc::default(),
         };
         registry.register(Box::new(m.requests.clone()))?;

@@ -330,7 +330,7 @@ impl Quota for QuotaService {
         self.authorize_read(&request)?;
         let domain = &request.get_ref().domain;
         Ok(Response::new(pb::ListAssignmentsResponse {
-            assignments: crate::rlqs::view::assignments(&self.state.rlqs.streams, domain),
+            assignments: crate::assignments::assignments(&self.state.rlqs, domain),
         }))
     }
 

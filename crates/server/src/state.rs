@@ -99,7 +99,7 @@ pub struct AppState {
     /// leased.
     pub drain: CancellationToken,
     /// What RLQS streams share.
-    pub rlqs: crate::rlqs::Shared,
+    pub rlqs: crate::assignments::Streams,
 }
 
 impl AppState {
@@ -121,7 +121,7 @@ impl AppState {
             limits: Limits::default(),
             watchers: Arc::default(),
             drain: CancellationToken::new(),
-            rlqs: crate::rlqs::Shared::default(),
+            rlqs: crate::assignments::Streams::default(),
         }
     }
 

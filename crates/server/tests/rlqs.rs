@@ -71,7 +71,7 @@ async fn a_bucket_gets_a_token_bucket_within_its_rule_and_others_are_allowed() {
     }
 
     // The Quota API lists the buckets of this stream.
-    let listed = sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "api");
+    let listed = sluice_server::assignments::assignments(&server.state.rlqs, "api");
     let acme = listed
         .iter()
         .find(|a| a.bucket.len() == 1 && a.bucket[0].value == "acme")
@@ -218,7 +218,7 @@ async fn a_vanished_envoy_leaves_no_stream_behind() {
         .await;
     s.next().await;
     assert_eq!(
-        sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "").len(),
+        sluice_server::assignments::assignments(&server.state.rlqs, "").len(),
         1
     );
     // The client goes away without closing its stream.
@@ -226,7 +226,7 @@ async fn a_vanished_envoy_leaves_no_stream_behind() {
     let start = std::time::Instant::now();
     loop {
         let (_, body) = server.admin_get("/metrics").await;
-        let listed = sluice_server::rlqs::view::assignments(&server.state.rlqs.streams, "");
+        let listed = sluice_server::assignments::assignments(&server.state.rlqs, "");
         if body.contains("sluice_rlqs_streams 0") && listed.is_empty() {
             assert!(
                 body.contains("sluice_rlqs_buckets{rule=\"api:tenant\"} 0"),

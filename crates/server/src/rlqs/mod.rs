@@ -13,11 +13,12 @@
 //!
 //! - [`stream`]: the per-stream loop, matching, bounds on bucket ids, abandoning idle buckets,
 //!   returning pools.
-//! - [`view`]: what operators see: metrics and the Quota API's `ListAssignments`.
+//! - `tracked`: what a stream holds per bucket id (a share, or a free bucket) and the rules
+//!   about it.
 //! - [`wire`]: proto conversions.
 
 pub mod stream;
-pub mod view;
+mod tracked;
 pub mod wire;
 
 use std::pin::Pin;
@@ -30,13 +31,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::state::AppState;
-
-/// What every RLQS stream of this sidecar shares.
-#[derive(Debug, Default)]
-pub struct Shared {
-    /// Each open stream's buckets, for the Quota API.
-    pub streams: view::Streams,
-}
 
 /// Responses waiting to be written to one stream; a stream whose Envoy stops reading stops being
 /// ticked (each tick waits for room), so a slow client holds at most this many.

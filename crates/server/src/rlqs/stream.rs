@@ -13,20 +13,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::bucket::Rate;
-use sluice_core::config::{Fallback, Mode};
-use sluice_core::rules::{BucketMatch, Limit};
-use sluice_core::{Entry, Rule, RuleSet};
+use sluice_core::rules::BucketMatch;
+use sluice_core::{Entry, RuleSet};
 use sluice_engine::Payee;
-use sluice_engine::assignment::{Funds, Reported, Share, Step, Strategy, TTL};
-use sluice_engine::key::{key_value, store_key};
+use sluice_engine::assignment::{Funds, Share, Step, Strategy};
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
 use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc::Sender;
 use tonic::{Status, Streaming};
 
-use super::view::{BucketView, RlqsMetrics, StreamView};
+use super::tracked::{
+    Slot, Tracked, enforced, entries_of, free, id_bytes, pairs, reported, retire, same_limit,
+};
 use super::wire;
+use crate::assignments::{BucketView, StreamView};
 use crate::state::AppState;
 
 /// Most buckets one stream may hold; reports of more are left unassigned (Envoy applies its
@@ -41,27 +41,6 @@ pub const MAX_ID_BYTES: usize = 1 << 20;
 /// How often every bucket is looked at.
 const TICK: Duration = Duration::from_secs(1);
 
-/// A bucket the stream tracks.
-enum Tracked {
-    /// Matched a limited rule.
-    Limited(Box<Share>),
-    /// No limit applies: kept at `ALLOW_ALL`.
-    Free(Free),
-}
-
-struct Free {
-    entries: Arc<[Entry]>,
-    sent_at: Option<u64>,
-    reported: Reported,
-}
-
-struct Slot {
-    tracked: Tracked,
-    rule: String,
-    /// Tokens per second last added to the assigned-rate gauge.
-    gauged: f64,
-}
-
 /// Runs one stream until Envoy closes it, it fails, or sluice drains.
 pub async fn run(
     state: Arc<AppState>,
@@ -69,7 +48,7 @@ pub async fn run(
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     tx: Sender<Result<RateLimitQuotaResponse, Status>>,
 ) {
-    let id = state.rlqs.streams.open();
+    let id = state.rlqs.open();
     state.metrics.rlqs.streams.inc();
     let mut stream = RlqsStream {
         state: Arc::clone(&state),
@@ -111,14 +90,14 @@ pub async fn run(
         {
             break None;
         }
-        state.rlqs.streams.update(id, stream.view(&peer));
+        state.rlqs.update(id, stream.view(&peer));
     };
     if let Some(status) = failed {
         tracing::info!(%peer, status = %status.message(), "RLQS stream refused");
         let _ = tx.send(Err(status)).await;
     }
     stream.finish().await;
-    state.rlqs.streams.close(id);
+    state.rlqs.close(id);
     state.metrics.rlqs.streams.dec();
 }
 
@@ -372,91 +351,4 @@ impl RlqsStream {
             buckets,
         }
     }
-}
-
-impl Free {
-    fn next(&mut self, now: u64) -> Step {
-        let due = self
-            .sent_at
-            .is_none_or(|at| now.saturating_sub(at) + 2_000_000 >= u64::from(TTL) * 1_000_000);
-        if !due {
-            return Step::Keep;
-        }
-        self.sent_at = Some(now);
-        Step::Send(Strategy::AllowAll, TTL)
-    }
-}
-
-fn free(entries: Arc<[Entry]>, now: u64) -> Tracked {
-    Tracked::Free(Free {
-        entries,
-        sent_at: None,
-        reported: Reported::new(now),
-    })
-}
-
-fn reported(t: &Tracked) -> &Reported {
-    match t {
-        Tracked::Limited(b) => &b.reported,
-        Tracked::Free(f) => &f.reported,
-    }
-}
-
-fn entries_of(t: &Tracked) -> &[Entry] {
-    match t {
-        Tracked::Limited(b) => &b.entries,
-        Tracked::Free(f) => &f.entries,
-    }
-}
-
-/// The bytes a bucket id holds: its keys and values as Envoy sent them.
-fn id_bytes(entries: &[Entry]) -> usize {
-    entries.iter().map(|e| e.key.len() + e.value.len()).sum()
-}
-
-fn pairs(entries: &[Entry]) -> Vec<(String, String)> {
-    entries
-        .iter()
-        .map(|e| (e.key.clone(), key_value(&e.value).into_owned()))
-        .collect()
-}
-
-/// The limit a rule puts on RLQS buckets: none when it is unlimited or in shadow mode (its own,
-/// or global `shadow`), since RLQS cannot decide and still answer OK.
-fn enforced(rule: &Rule, shadow: bool) -> Option<(Rate, Mode, Fallback)> {
-    match rule.limit {
-        Limit::Limited {
-            rate,
-            mode,
-            fallback,
-            ..
-        } if !rule.shadow_mode && !shadow => Some((rate, mode, fallback)),
-        _ => None,
-    }
-}
-
-/// Whether a bucket still maps to the limit (store key) it was paid under, or still to none.
-fn same_limit(tracked: &Tracked, now: BucketMatch<'_>, shadow: bool) -> bool {
-    match (tracked, now) {
-        (Tracked::Limited(b), BucketMatch::Rule(rule, ordered)) => {
-            enforced(rule, shadow).is_some() && b.key() == store_key(rule.fingerprint, &ordered)
-        }
-        (Tracked::Free(_), BucketMatch::Rule(rule, _)) => enforced(rule, shadow).is_none(),
-        (Tracked::Free(_), _) => true,
-        (Tracked::Limited(_), _) => false,
-    }
-}
-
-/// Stops tracking a slot: the tokens `back` says the store may take again are returned, the
-/// stream's demand is withdrawn, and the slot leaves the metrics.
-async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Share) -> u64) {
-    if let Tracked::Limited(b) = &mut slot.tracked {
-        let tokens = back(b);
-        b.funds().release(tokens).await;
-        b.withdraw().await;
-    }
-    if slot.gauged != 0.0 {
-        m.assigned.with_label_values(&[&slot.rule]).sub(slot.gauged);
-    }
-    m.bucket(&slot.rule, -1);
 }
