@@ -222,3 +222,21 @@ fn override_bucket_identity(domain: &str) -> u64 {
     let text = format!("override\u{0}{domain}");
     sluice_core::hash::fnv1a_of(text.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The identity of the bucket caller overrides of a descriptor no rule matches charge is
+    /// part of its store keys: pinned, so a change that would split every such bucket while old
+    /// and new sidecars share Redis fails here first.
+    #[test]
+    fn the_override_bucket_identity_is_stable() {
+        let key = crate::key::store_key(
+            super::override_bucket_identity("edge"),
+            &[sluice_core::Entry::new("ip", "10.0.0.1")],
+        );
+        assert_eq!(
+            key,
+            "sluice:{5a0e8480a3962082:d9d85445c951c692}:ip=10.0.0.1"
+        );
+    }
+}
