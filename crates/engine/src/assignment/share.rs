@@ -16,7 +16,7 @@
 //!   within what is paid costs nothing), else a share the pool pays for, else `DENY_ALL` until the
 //!   global bucket refills.
 //! - **Renewed every tick**: a new strategy is sent with the longest TTL up to `NEW_TTL` the
-//!   pool pays for (a full share at 1 s rather than a smaller one at 3 s), renewals grow it a
+//!   pool pays for (a full share at 2 s rather than a smaller one at 3 s), renewals grow it a
 //!   second at a time to `TTL`, so a stream that drops keeps Envoy enforcing a paid share until
 //!   Envoy reconnects (at its next report, 5 s in Envoy 1.40).
 //! - **Store down**: a paid assignment runs on until it would lapse; then the rule's fallback,

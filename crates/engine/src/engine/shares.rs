@@ -18,6 +18,13 @@ use crate::metrics::StoreOp;
 use crate::plan::Slot;
 use crate::store::{StoreError, until};
 
+/// The longest an RLQS share's store call may take. Not a decision's timeout (`redis.timeout`,
+/// tens of milliseconds, for a request waiting on it): a share's calls are off every request's
+/// path, made once a tick per bucket, and a stream acts on its buckets one after another, so a
+/// call must end well within the tick (1 s). Cutting them at a decision's timeout under load
+/// dropped shares that a slower answer would have paid.
+const SHARE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A bucket an RLQS share pays from: a rule's global bucket, or, for `mode: local`, this
 /// sidecar's local bucket of the rule (the one RLS and ext_authz decide on).
 #[derive(Debug, Clone)]
@@ -80,7 +87,7 @@ impl Engine {
         let leaser = &self.leaser;
         let started = Instant::now();
         let call = leaser.store.lease(&payee.store_key, payee.rate, want);
-        let result = until(leaser.deadline(), call)
+        let result = until(share_deadline(), call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
         leaser
@@ -117,7 +124,7 @@ impl Engine {
         let call = leaser
             .store
             .release(&payee.store_key, payee.rate, tokens, 0);
-        let result = until(leaser.deadline(), call)
+        let result = until(share_deadline(), call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
         leaser
@@ -145,7 +152,7 @@ impl Engine {
         let call = leaser
             .store
             .demand(&payee.store_key, client, milli_rps, ttl);
-        let result = until(leaser.deadline(), call)
+        let result = until(share_deadline(), call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
         leaser
@@ -175,4 +182,9 @@ impl Engine {
             Slot::NoRoom(_) => Err(StoreError::Full),
         }
     }
+}
+
+/// When a share's store call started now must end.
+fn share_deadline() -> Option<tokio::time::Instant> {
+    Some(tokio::time::Instant::now() + SHARE_CALL_TIMEOUT)
 }

@@ -5,6 +5,11 @@ use sluice_core::config::Fallback;
 
 use super::super::{Quote, Strategy, TokenBucket};
 use super::{NEW_TTL, RENEW_BEFORE, SLACK, Share, Step};
+
+/// The shortest TTL of a new share: one tick and the time to reach Envoy would end a 1 s TTL
+/// before its renewal arrives (measured: 1 s let Envoy's bucket lapse at every tick, and each
+/// lapse restarts it full, 82.4% of `B + L·t` in `loadtest/rlqs.sh`).
+const MIN_NEW_TTL: u32 = 2;
 use crate::store::StoreError;
 
 impl Share {
@@ -64,7 +69,7 @@ impl Share {
     }
 
     /// Sends a new share of `rate` if the pool pays for it with some TTL: the longest up to
-    /// `NEW_TTL`, down to one second. A new bucket gets its fair share at once with the TTL the
+    /// `NEW_TTL`, down to `MIN_NEW_TTL`. A new bucket gets its fair share at once with the TTL the
     /// pool affords (the TTL then grows a second per renewal as the pool allows) rather than a
     /// smaller share at a longer TTL: prepaying 3 s of a share before Envoy may use it held
     /// shares back for seconds from a cold start (87.6% of `B + L·t` over 60 s).
@@ -72,7 +77,9 @@ impl Share {
         let s = self
             .prepaid
             .distinct(Strategy::Bucket(self.token_bucket(rate)));
-        let ttl = (1..=NEW_TTL).rev().find(|&ttl| self.try_pay(s, ttl, now))?;
+        let ttl = (MIN_NEW_TTL..=NEW_TTL)
+            .rev()
+            .find(|&ttl| self.try_pay(s, ttl, now))?;
         Some(self.sent(s, ttl, now, false))
     }
 
