@@ -1,88 +1,15 @@
-//! Client commands: `sluice quota get|list|watch`, `sluice rules`, `sluice check` (and what
-//! `sluice report`, in `report.rs`, shares with them).
+//! `sluice quota get|list|assignments|reset|watch`: reading (and resetting) the quota state of a
+//! running sluice, and how it is printed.
 
-use std::time::Duration;
-
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::json;
-use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
-use sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry as EnvoyEntry;
-use sluice_proto::envoy::ratelimit::RateLimitRequest;
-use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
-use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::Assignment;
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
-use tonic::codegen::InterceptedService;
-use tonic::transport::Channel;
 
-use crate::cli::{DescriptorArgs, Output, QuotaCommand, Target};
-
-/// A Quota client for reads: sends `authorization: Bearer $SLUICE_READ_TOKEN` when that is set
-/// (a server with `admin.read_token_*` needs it; the token never appears on the command line).
-async fn reader(
-    target: &Target,
-) -> anyhow::Result<QuotaClient<InterceptedService<Channel, ReadToken>>> {
-    Ok(QuotaClient::with_interceptor(
-        channel(target).await?,
-        with_read_token as ReadToken,
-    ))
-}
-
-type ReadToken = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
-
-fn with_read_token(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-    if let Ok(token) = std::env::var("SLUICE_READ_TOKEN") {
-        let bearer = format!("Bearer {}", token.trim()).parse().map_err(|_| {
-            tonic::Status::invalid_argument("SLUICE_READ_TOKEN is not a valid header value")
-        })?;
-        request.metadata_mut().insert("authorization", bearer);
-    }
-    Ok(request)
-}
-
-pub(crate) async fn channel(target: &Target) -> anyhow::Result<Channel> {
-    let tls = target.addr.starts_with("https://")
-        || target.ca_file.is_some()
-        || target.cert_file.is_some();
-    let addr = match (target.addr.contains("://"), tls) {
-        (true, _) => target.addr.clone(),
-        (false, true) => format!("https://{}", target.addr),
-        (false, false) => format!("http://{}", target.addr),
-    };
-    let mut endpoint = Channel::from_shared(addr.clone())
-        .with_context(|| format!("bad address {addr}"))?
-        .connect_timeout(Duration::from_secs(3));
-    if tls {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
-        };
-        let mut config = tonic::transport::ClientTlsConfig::new();
-        if let Some(ca) = &target.ca_file {
-            config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
-        }
-        if let (Some(cert), Some(key)) = (&target.cert_file, &target.key_file) {
-            config = config.identity(tonic::transport::Identity::from_pem(
-                read(cert)?,
-                read(key)?,
-            ));
-        }
-        endpoint = endpoint.tls_config(config).context("TLS settings")?;
-    }
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {addr}"))
-}
-
-pub(crate) fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {
-    d.entries
-        .iter()
-        .map(|(k, v)| pb::Entry {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect()
-}
+use crate::cli::{Output, QuotaCommand};
+use crate::connect::{channel, entries, reader, status_error};
+use crate::output::{out, period, table};
 
 /// `sluice quota …`.
 pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
@@ -159,7 +86,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            crate::report::print_assignments(&resp.assignments, target.output);
+            print_assignments(&resp.assignments, target.output);
         }
         QuotaCommand::Reset {
             target,
@@ -206,118 +133,6 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
                 print_state(&state, target.output);
             }
         }
-    }
-    Ok(())
-}
-
-/// `sluice rules`.
-pub async fn rules(target: Target) -> anyhow::Result<()> {
-    let mut client = reader(&target).await?;
-    let resp = client
-        .list_rules(pb::ListRulesRequest {})
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if target.output == Output::Json {
-        let rules: Vec<_> = resp
-            .rules
-            .iter()
-            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "unit_multiplier": r.unit_multiplier.max(1), "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source, "charge": r.charge, "max_debt": r.max_debt}))
-            .collect();
-        out(&json!({"config_version": resp.config_version, "rules": rules}).to_string());
-        return Ok(());
-    }
-    let mut rows = vec![vec![
-        "DOMAIN".into(),
-        "NAME".into(),
-        "PATH".into(),
-        "LIMIT".into(),
-        "BURST".into(),
-        "MODE".into(),
-        "SOURCE".into(),
-    ]];
-    for r in &resp.rules {
-        let limit = if r.unlimited {
-            "unlimited".into()
-        } else {
-            format!(
-                "{}/{}",
-                r.requests_per_unit,
-                period(&r.unit, r.unit_multiplier)
-            )
-        };
-        let mut mode = r.mode.clone();
-        if r.charge == "post_paid" {
-            mode.push_str(&format!(", post_paid (max debt {})", r.max_debt));
-        }
-        if r.shadow_mode {
-            mode.push_str(" (shadow)");
-        }
-        rows.push(vec![
-            r.domain.clone(),
-            r.name.clone(),
-            r.path.clone(),
-            limit,
-            r.burst.to_string(),
-            mode,
-            r.source.clone(),
-        ]);
-    }
-    table(&rows);
-    out(&format!("config version {}", resp.config_version));
-    Ok(())
-}
-
-/// `sluice check`: one ShouldRateLimit call.
-pub async fn check(target: Target, descriptor: DescriptorArgs, hits: u32) -> anyhow::Result<()> {
-    let mut client = RateLimitServiceClient::new(channel(&target).await?);
-    let resp = client
-        .should_rate_limit(RateLimitRequest {
-            domain: descriptor.domain.clone(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: descriptor
-                    .entries
-                    .iter()
-                    .map(|(k, v)| EnvoyEntry {
-                        key: k.clone(),
-                        value: v.clone(),
-                    })
-                    .collect(),
-                ..RateLimitDescriptor::default()
-            }],
-            hits_addend: hits,
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    let code = |c: i32| Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name());
-    let s = resp.statuses.first();
-    let limit = s.and_then(|s| s.current_limit.as_ref());
-    let reset = s
-        .and_then(|s| s.duration_until_reset.as_ref())
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
-    if target.output == Output::Json {
-        out(&json!({
-            "overall_code": code(resp.overall_code),
-            "limit": limit.map(|l| json!({"name": l.name, "requests_per_unit": l.requests_per_unit, "unit": sluice_core::Unit::from_envoy_code(l.unit).map(sluice_core::Unit::as_str)})),
-            "remaining": s.map(|s| s.limit_remaining),
-            "reset_seconds": reset,
-        })
-        .to_string());
-    } else {
-        let limit_text = limit.map_or("no limit".to_string(), |l| {
-            let unit =
-                sluice_core::Unit::from_envoy_code(l.unit).map_or("?", sluice_core::Unit::as_str);
-            format!("{} per {unit} ({})", l.requests_per_unit, l.name)
-        });
-        out(&format!(
-            "{}  limit: {limit_text}  remaining: {}  full again in {reset:.1}s",
-            code(resp.overall_code),
-            s.map_or(0, |s| s.limit_remaining)
-        ));
-    }
-    if resp.overall_code == Code::OverLimit as i32 {
-        bail!("over the limit");
     }
     Ok(())
 }
@@ -405,41 +220,51 @@ fn print_state(s: &pb::QuotaState, output: Output) {
     table(&rows);
 }
 
-/// Prints rows as aligned columns.
-pub(crate) fn table(rows: &[Vec<String>]) {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|v| v.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for r in rows {
-        let line: Vec<String> = r
+/// Prints RLQS assignments: one row per bucket and Envoy.
+pub fn print_assignments(assignments: &[Assignment], output: Output) {
+    let bucket = |a: &Assignment| {
+        a.bucket
             .iter()
-            .enumerate()
-            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
+            .map(|e| format!("{}={}", e.key, e.value))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    if output == Output::Json {
+        let rows: Vec<_> = assignments
+            .iter()
+            .map(|a| {
+                json!({
+                    "envoy": a.envoy, "stream": a.stream, "domain": a.domain, "rule": a.rule,
+                    "bucket": bucket(a), "strategy": a.strategy,
+                    "tokens_per_second": a.tokens_per_second, "demand": a.demand,
+                    "allowed": a.allowed, "denied": a.denied, "unpaid": a.unpaid,
+                })
+            })
             .collect();
-        out(line.join("  ").trim_end());
+        out(&json!({ "assignments": rows }).to_string());
+        return;
     }
-}
-
-#[allow(clippy::print_stdout)]
-pub(crate) fn out(line: &str) {
-    println!("{line}");
-}
-
-pub(crate) fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", s.code(), s.message())
-}
-
-/// A period as people write it: `minute`, or `10 minutes` for a unit multiplier of 10.
-fn period(unit: &str, multiplier: u32) -> String {
-    match multiplier {
-        0 | 1 => unit.to_string(),
-        n => format!("{n} {unit}s"),
+    let mut rows = vec![
+        [
+            "ENVOY", "DOMAIN", "RULE", "BUCKET", "STRATEGY", "TOKENS/S", "DEMAND/S", "ALLOWED",
+            "DENIED",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for a in assignments {
+        rows.push(vec![
+            a.envoy.clone(),
+            a.domain.clone(),
+            a.rule.clone(),
+            bucket(a),
+            format!("{}{}", a.strategy, if a.unpaid { " (unpaid)" } else { "" }),
+            format!("{:.2}", a.tokens_per_second),
+            a.demand.map_or_else(|| "-".into(), |d| format!("{d:.2}")),
+            a.allowed.to_string(),
+            a.denied.to_string(),
+        ]);
     }
+    table(&rows);
+    out(&format!("{} buckets", assignments.len()));
 }
