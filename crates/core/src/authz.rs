@@ -16,11 +16,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::Entry;
-use crate::config::ConfigError;
-use crate::config::model::{ApiKeySource, AuthzConfig, Source};
-use crate::descriptor::Descriptor;
+use crate::descriptor::{Descriptor, Entry};
+use crate::error::ConfigError;
 use crate::rules::RuleSet;
+use crate::schema::{ApiKeySource, AuthzConfig, Source};
 
 /// The parts of an HTTP request that descriptors can be built from.
 pub trait RequestView {

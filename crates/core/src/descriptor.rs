@@ -25,7 +25,7 @@ pub struct LimitOverride {
     /// Requests allowed per unit.
     pub requests_per_unit: u64,
     /// The unit.
-    pub unit: crate::Unit,
+    pub unit: crate::unit::Unit,
 }
 
 /// An ordered list of entries, matched against a domain's descriptor tree.

@@ -1,23 +1,32 @@
 //! The pure core of sluice: no I/O on the decision path, no async, no global state.
 //!
 //! # Layout
+//! In layers: a module imports only modules listed above it, so there are no module cycles.
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, the system clock and a [`ManualClock`](clock::ManualClock) for tests.
 //! - [`unit`]: time units of `rate_limit.unit` and their lengths.
-//! - [`bucket`]: token-bucket math (refill, time until tokens), shared by every backend and mirrored in Lua.
-//! - [`window`]: the fixed- and sliding-window algorithms over the same bucket state.
-//! - [`config`]: the YAML configuration model, loading (files, directories, includes) and validation.
-//! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
-//! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.
 //! - [`hash`]: FNV-1a 64, the one stable hash everything uses.
 //! - [`descriptor`]: descriptors and their entries, as requests carry them.
+//! - `error`: [`ConfigError`], which every check of the configuration returns.
+//! - `rate`: what a limit and a bucket are ([`Rate`](bucket::Rate), [`BucketState`](bucket::BucketState)),
+//!   below both algorithms on them; re-exported by [`bucket`].
+//! - [`window`]: the fixed- and sliding-window algorithms over the same bucket state.
+//! - [`bucket`]: token-bucket math (refill, time until tokens), shared by every backend and mirrored in Lua.
+//! - [`schema`]: the YAML configuration model (re-exported as `config::model`).
+//! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
+//! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.
+//! - [`config`]: loading (files, directories, includes) and validation, into a
+//!   [`Config`](config::Config).
 
 pub mod authz;
 pub mod bucket;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+mod error;
 pub mod hash;
+mod rate;
 pub mod rules;
+pub mod schema;
 pub mod unit;
 pub mod window;
 

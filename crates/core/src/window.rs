@@ -20,7 +20,7 @@
 //!
 //! [`SystemClock`]: crate::SystemClock
 
-use crate::bucket::{Algorithm, BucketState, Rate};
+use crate::rate::{Algorithm, BucketState, Rate};
 
 /// The window `now` falls in, and how far into it (µs).
 pub fn window_of(rate: &Rate, now: u64) -> (u64, u64) {

@@ -3,14 +3,21 @@
 //! # Layout
 //! - `cli`: the command line (clap).
 //! - `run`: `sluice serve`: load config, bind ports, serve until SIGTERM/SIGINT.
-//! - `client`: `sluice quota …`, `sluice rules`, `sluice check` against a running sluice.
+//! - client commands against a running sluice, one module each: `quota` (`sluice quota …`),
+//!   `rules` (`sluice rules`), `check` (`sluice check`), `report` (`sluice report`); what they
+//!   share sits below them: `connect` (channel, read token, entries, status errors) and `output`
+//!   (lines, tables, periods).
 //! - `config`: loading and checking the config, the same for `serve` and `config check`.
 //! - this file: parsing, logging, dispatch and exit codes.
 
+mod check;
 mod cli;
-mod client;
 mod config;
+mod connect;
+mod output;
+mod quota;
 mod report;
+mod rules;
 mod run;
 
 use std::process::ExitCode;
@@ -38,13 +45,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Quota { command } => client_command(client::quota(command)),
-        Command::Rules(target) => client_command(client::rules(target)),
+        Command::Quota { command } => client_command(quota::quota(command)),
+        Command::Rules(target) => client_command(rules::rules(target)),
         Command::Check {
             target,
             descriptor,
             hits,
-        } => client_command(client::check(target, descriptor, hits)),
+        } => client_command(check::check(target, descriptor, hits)),
         Command::Report {
             target,
             descriptor,

@@ -1,12 +1,12 @@
-//! `sluice report`: post-paid usage over `sluice.v1.Usage/Report`; and how `sluice quota
-//! assignments` prints the RLQS usage Envoy reported.
+//! `sluice report`: post-paid usage over `sluice.v1.Usage/Report`.
 
 use serde_json::json;
 use sluice_proto::sluice::v1::usage_client::UsageClient;
-use sluice_proto::sluice::v1::{Assignment, ReportRequest, UsageReport};
+use sluice_proto::sluice::v1::{ReportRequest, UsageReport};
 
 use crate::cli::{DescriptorArgs, Output, Target};
-use crate::client::{channel, entries, out, status_error, table};
+use crate::connect::{channel, entries, status_error};
+use crate::output::{out, table};
 
 /// Reports `tokens` used under one descriptor and prints the budget after it.
 pub async fn report(target: Target, descriptor: DescriptorArgs, tokens: u64) -> anyhow::Result<()> {
@@ -45,53 +45,4 @@ pub async fn report(target: Target, descriptor: DescriptorArgs, tokens: u64) -> 
         ]);
     }
     Ok(())
-}
-
-/// Prints RLQS assignments: one row per bucket and Envoy.
-pub fn print_assignments(assignments: &[Assignment], output: Output) {
-    let bucket = |a: &Assignment| {
-        a.bucket
-            .iter()
-            .map(|e| format!("{}={}", e.key, e.value))
-            .collect::<Vec<_>>()
-            .join("|")
-    };
-    if output == Output::Json {
-        let rows: Vec<_> = assignments
-            .iter()
-            .map(|a| {
-                json!({
-                    "envoy": a.envoy, "stream": a.stream, "domain": a.domain, "rule": a.rule,
-                    "bucket": bucket(a), "strategy": a.strategy,
-                    "tokens_per_second": a.tokens_per_second, "demand": a.demand,
-                    "allowed": a.allowed, "denied": a.denied, "unpaid": a.unpaid,
-                })
-            })
-            .collect();
-        out(&json!({ "assignments": rows }).to_string());
-        return;
-    }
-    let mut rows = vec![
-        [
-            "ENVOY", "DOMAIN", "RULE", "BUCKET", "STRATEGY", "TOKENS/S", "DEMAND/S", "ALLOWED",
-            "DENIED",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for a in assignments {
-        rows.push(vec![
-            a.envoy.clone(),
-            a.domain.clone(),
-            a.rule.clone(),
-            bucket(a),
-            format!("{}{}", a.strategy, if a.unpaid { " (unpaid)" } else { "" }),
-            format!("{:.2}", a.tokens_per_second),
-            a.demand.map_or_else(|| "-".into(), |d| format!("{d:.2}")),
-            a.allowed.to_string(),
-            a.denied.to_string(),
-        ]);
-    }
-    table(&rows);
-    out(&format!("{} buckets", assignments.len()));
 }

@@ -6,6 +6,9 @@
 //!
 //! Loading is a function of what a [`Source`] hands it: [`load_config`] reads the file system
 //! (through [`FsSource`], the edge), [`parse_config`] a string, [`load_from`] anything else.
+//!
+//! Which files a path and its `include:` globs stand for is `files.rs`; turning YAML text into
+//! the model, `yaml.rs`; the checks of `redis:`, `redis.rs` (all in `config/`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -15,15 +18,20 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_saphyr::Spanned;
 
+use super::files::{expand_include, top_level_files};
 use super::fs::FsSource;
-use super::model::{ConfigFile, DomainFile, MapConfig};
+use super::redis::validate_redis;
 use super::secrets::{self, At};
 pub use super::secrets::{ResetToken, TlsMaterial};
 use super::source::{MemSource, Source};
-use super::{ConfigError, EngineSettings, RedisSettings, ResponseSettings};
+use super::yaml::parse_yaml;
 use crate::authz::{AuthzPlan, ValueMap};
+use crate::error::ConfigError;
 use crate::hash::{FNV_OFFSET, fnv1a};
 use crate::rules::RuleSet;
+use crate::schema::{
+    ConfigFile, DomainFile, EngineSettings, MapConfig, RedisSettings, ResponseSettings,
+};
 
 /// A loaded, validated configuration.
 #[derive(Debug)]
@@ -196,110 +204,6 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
     Ok(reader.finish(rules, authz, settings))
 }
 
-/// The files a path stands for: itself, or the `*.yaml`/`*.yml` files of a directory, sorted.
-fn top_level_files(source: &dyn Source, path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    if !source.is_dir(path) {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let entries = source
-        .list_dir(path)
-        .map_err(|e| ConfigError::at(path, 0, e.to_string()))?;
-    let mut files: Vec<PathBuf> = entries
-        .into_iter()
-        .filter(|p| is_yaml(p) && !source.is_dir(p))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(ConfigError::at(
-            path,
-            0,
-            "directory holds no .yaml or .yml files",
-        ));
-    }
-    Ok(files)
-}
-
-fn is_yaml(p: &Path) -> bool {
-    let hidden = p
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
-    !hidden && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-}
-
-fn expand_include(
-    source: &dyn Source,
-    config: &Path,
-    base: &Path,
-    pattern: &Spanned<String>,
-) -> Result<Vec<PathBuf>, ConfigError> {
-    let line = pattern.referenced.line();
-    let full = base.join(&pattern.value);
-    let paths = source
-        .glob(&full.to_string_lossy())
-        .map_err(|e| ConfigError::at(config, line, format!("include '{}': {e}", pattern.value)))?;
-    let mut found = Vec::new();
-    for p in paths {
-        if source.is_dir(&p) {
-            found.extend(top_level_files(source, &p)?);
-        } else {
-            found.push(p);
-        }
-    }
-    if found.is_empty() {
-        return Err(ConfigError::at(
-            config,
-            line,
-            format!("include '{}' matches no file", pattern.value),
-        ));
-    }
-    Ok(found)
-}
-
-/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes (the Redis
-/// client parses the rest at the edge: [`Config::redis_error`]), and a set `password_env`.
-fn validate_redis(
-    source: &dyn Source,
-    at: At<'_>,
-    redis: &RedisSettings,
-) -> Result<(), ConfigError> {
-    let bad = |m: String| Err(at.error(format!("redis: {m}")));
-    let urls: Vec<&String> = redis.url.iter().chain(&redis.cluster_nodes).collect();
-    match (&redis.url, redis.cluster_nodes.is_empty()) {
-        (Some(_), false) => return bad("give either `url` or `cluster_nodes`, not both".into()),
-        (None, true) => {
-            return bad("needs `url` (standalone) or `cluster_nodes` (Redis Cluster)".into());
-        }
-        _ => {}
-    }
-    for u in urls {
-        if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
-            // Never echo the URL: it may hold a password.
-            return bad("every address must start with redis:// or rediss://".into());
-        }
-    }
-    if redis.batch_linger.0 >= redis.timeout.0 {
-        return bad(format!(
-            "batch_linger ({}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
-            redis.batch_linger, redis.timeout
-        ));
-    }
-    if let Some(wait) = redis.batch_min_wait
-        && wait.0 >= redis.timeout.0
-    {
-        return bad(format!(
-            "batch_min_wait ({wait}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
-            redis.timeout
-        ));
-    }
-    if let Some(var) = &redis.password_env
-        && source.env(var).is_none()
-    {
-        return bad(format!("password_env names {var}, which is not set"));
-    }
-    Ok(())
-}
-
 /// The settings part of a config, defaulted for a bare domain file or directory.
 #[derive(Default)]
 struct Settings {
@@ -436,34 +340,5 @@ impl<'s> Reader<'s> {
             version: format!("{:016x}", self.hash),
             redis_at: settings.redis_at,
         }
-    }
-}
-
-/// Parses YAML into `T`, turning the parser's error into `file:line: message`.
-pub(crate) fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
-    let docs: Vec<T> = serde_saphyr::from_multiple(text).map_err(|e| {
-        let line = e.location().map(|l| l.line()).unwrap_or(0);
-        let rendered = e.without_snippet().to_string();
-        let first = rendered.lines().next().unwrap_or("invalid YAML").trim();
-        // The location goes in front (`file:line:`), not again at the end.
-        let message = match first.rfind(" at line ") {
-            Some(at) if first[at..].contains(", column ") => &first[..at],
-            _ => first,
-        }
-        .to_string();
-        ConfigError::at(path, line, message)
-    })?;
-    let count = docs.len();
-    let mut docs = docs.into_iter();
-    match (docs.next(), count) {
-        (Some(doc), 1) => Ok(doc),
-        (None, _) => Err(ConfigError::at(path, 0, "holds no YAML document")),
-        _ => Err(ConfigError::at(
-            path,
-            0,
-            format!(
-                "holds {count} YAML documents; write one per file (envoyproxy/ratelimit would silently read only the first)"
-            ),
-        )),
     }
 }

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use super::ConfigError;
-use super::model::{AdminConfig, TlsConfig};
 use super::source::Source;
+use crate::error::ConfigError;
+use crate::schema::{AdminConfig, TlsConfig};
 
 /// PEM contents for the gRPC port's TLS; the key is never printed.
 #[derive(Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! level without one exempts the bucket, as it would exempt the descriptor. The search only walks
 //! paths the tree has, so it costs at most one visit per tree node.
 
-use super::{Match, RuleSet};
+use super::set::{Match, RuleSet};
 use crate::descriptor::Entry;
 
 /// What a bucket id matched.
@@ -24,7 +24,7 @@ pub enum BucketMatch<'a> {
     NoRule,
     /// This rule, with the id's entries in the rule's order (the descriptor RLS would send), as
     /// its bucket is keyed (a `share_threshold` pattern in place of the values it matches).
-    Rule(&'a super::Rule, Vec<Entry>),
+    Rule(&'a super::rule::Rule, Vec<Entry>),
 }
 
 impl RuleSet {

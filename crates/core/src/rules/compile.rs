@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use super::{Limit, MAX_DEBT, Payment, Rule, RuleId};
-use crate::Unit;
-use crate::bucket::{MAX_PERIOD_SECS, Rate};
-use crate::config::model::RateLimitConfig;
-use crate::config::{ChargeMode, ConfigError, Fallback, Mode};
+use super::rule::{Limit, MAX_DEBT, Payment, Rule, RuleId};
+use crate::error::ConfigError;
 use crate::hash::{fnv1a, fnv1a_of};
+use crate::rate::{MAX_PERIOD_SECS, Rate};
+use crate::schema::{ChargeMode, Fallback, Mode, RateLimitConfig};
+use crate::unit::Unit;
 
 pub(super) fn compile_rule(
     file: &Path,
@@ -71,7 +71,7 @@ pub(super) fn compile_rule(
                 ),
             ));
         }
-        if rl.count_denied.is_some() && algorithm != crate::bucket::Algorithm::FixedWindow {
+        if rl.count_denied.is_some() && algorithm != crate::rate::Algorithm::FixedWindow {
             return Err(err(
                 line,
                 "count_denied applies to algorithm: fixed_window".into(),
@@ -123,7 +123,7 @@ pub(super) fn compile_rule(
     };
     let count_denied = match limit {
         Limit::Limited { rate, .. } => {
-            rate.algorithm == crate::bucket::Algorithm::FixedWindow
+            rate.algorithm == crate::rate::Algorithm::FixedWindow
                 && rl.count_denied.unwrap_or(false)
         }
         Limit::Unlimited => false,

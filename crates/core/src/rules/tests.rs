@@ -2,6 +2,10 @@ use super::*;
 use crate::Unit;
 use crate::config::load::INLINE_CONFIG;
 use crate::config::parse_config;
+use crate::descriptor::Entry;
+use crate::error::ConfigError;
+use crate::rate::Rate;
+use crate::schema::{Fallback, Mode};
 use proptest::prelude::*;
 
 /// Loads `text` as a config file.

@@ -1,0 +1,52 @@
+//! The checks of `redis:` that look across its fields or at the environment (each field checks
+//! itself where it is written; the Redis client's own URL parser runs at the edge).
+
+use super::secrets::At;
+use super::source::Source;
+use crate::error::ConfigError;
+use crate::schema::RedisSettings;
+
+/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes (the Redis
+/// client parses the rest at the edge: [`Config::redis_error`](super::load::Config::redis_error)),
+/// and a set `password_env`.
+pub(super) fn validate_redis(
+    source: &dyn Source,
+    at: At<'_>,
+    redis: &RedisSettings,
+) -> Result<(), ConfigError> {
+    let bad = |m: String| Err(at.error(format!("redis: {m}")));
+    let urls: Vec<&String> = redis.url.iter().chain(&redis.cluster_nodes).collect();
+    match (&redis.url, redis.cluster_nodes.is_empty()) {
+        (Some(_), false) => return bad("give either `url` or `cluster_nodes`, not both".into()),
+        (None, true) => {
+            return bad("needs `url` (standalone) or `cluster_nodes` (Redis Cluster)".into());
+        }
+        _ => {}
+    }
+    for u in urls {
+        if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
+            // Never echo the URL: it may hold a password.
+            return bad("every address must start with redis:// or rediss://".into());
+        }
+    }
+    if redis.batch_linger.0 >= redis.timeout.0 {
+        return bad(format!(
+            "batch_linger ({}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
+            redis.batch_linger, redis.timeout
+        ));
+    }
+    if let Some(wait) = redis.batch_min_wait
+        && wait.0 >= redis.timeout.0
+    {
+        return bad(format!(
+            "batch_min_wait ({wait}) must be shorter than timeout ({}): a call waits for its batch within the timeout",
+            redis.timeout
+        ));
+    }
+    if let Some(var) = &redis.password_env
+        && source.env(var).is_none()
+    {
+        return bad(format!("password_env names {var}, which is not set"));
+    }
+    Ok(())
+}

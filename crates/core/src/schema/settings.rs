@@ -1,0 +1,180 @@
+//! `redis:`, `engine:` and `response:`: settings with defaults, each field checked where it is
+//! written (the checks across fields are the loader's).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::HumanDuration;
+
+/// `redis:`: where global buckets live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// A standalone Redis: `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS.
+    pub url: Option<String>,
+    /// A Redis Cluster: seed nodes, each `redis://host:port` (or `rediss://`).
+    #[serde(default)]
+    pub cluster_nodes: Vec<String>,
+    /// An environment variable holding the password (instead of putting it in the URL).
+    pub password_env: Option<String>,
+    /// A CA bundle (PEM, relative to the config file) to verify `rediss://` servers with, instead
+    /// of the public web roots.
+    pub tls_ca_file: Option<String>,
+    /// The contents of `tls_ca_file`, read when the config is loaded.
+    #[serde(skip)]
+    pub tls_ca_pem: Option<Vec<u8>>,
+    /// Longest wait for one script call; a decision never waits longer for Redis.
+    #[serde(default = "default_redis_timeout")]
+    pub timeout: HumanDuration,
+    /// Longest wait to open a connection.
+    #[serde(default = "default_redis_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Consecutive failures that open the circuit breaker (calls then fail at once); at least 1.
+    #[serde(
+        default = "default_breaker_failures",
+        deserialize_with = "breaker_failures"
+    )]
+    pub breaker_failures: u32,
+    /// How often an open breaker probes Redis (PING) to close again.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval: HumanDuration,
+    /// How often this instance announces itself (for `fallback: local_share`).
+    #[serde(default = "default_heartbeat_interval")]
+    pub heartbeat_interval: HumanDuration,
+    /// While a batch of lease and release calls is on its way to Redis, how long later calls may
+    /// wait for it before they go (together: one pipeline per node). Shorter than `timeout`.
+    #[serde(default = "default_batch_linger")]
+    pub batch_linger: HumanDuration,
+    /// How long every batch gathers calls before it goes, even with none on its way (unset:
+    /// none): fewer round trips to Redis for up to that much more latency on each decision
+    /// that needs Redis. Shorter than `timeout`.
+    pub batch_min_wait: Option<HumanDuration>,
+    /// Most calls in one batch (1 to 1024).
+    #[serde(default = "default_batch_max", deserialize_with = "batch_max")]
+    pub batch_max: u32,
+}
+
+fn default_batch_linger() -> HumanDuration {
+    HumanDuration(Duration::from_millis(1))
+}
+
+fn default_batch_max() -> u32 {
+    64
+}
+
+fn default_redis_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(20))
+}
+
+fn default_redis_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(1))
+}
+
+fn default_breaker_failures() -> u32 {
+    3
+}
+
+fn default_probe_interval() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
+}
+
+fn default_heartbeat_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(1))
+}
+
+/// `engine:` tuning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSettings {
+    /// Most keys tracked at once (at least 1); keys at rest are evicted when it is reached.
+    #[serde(deserialize_with = "max_keys")]
+    pub max_keys: usize,
+    /// Keys unused for this long are evicted.
+    pub idle_timeout: HumanDuration,
+    /// A lease holds about the tokens this instance spends in this long.
+    pub lease_horizon: HumanDuration,
+    /// A lease holds at most this fraction of the burst, in (0, 1].
+    #[serde(deserialize_with = "max_lease_fraction")]
+    pub max_lease_fraction: f64,
+    /// Leased tokens unspent this long go back to the global bucket.
+    pub lease_ttl: HumanDuration,
+    /// A cold lease (a key far from its limit) is kept this long instead: later requests for the
+    /// key on this instance spend it without a store call. At least `lease_ttl`.
+    pub cold_lease_ttl: HumanDuration,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            max_keys: 1_000_000,
+            idle_timeout: HumanDuration(Duration::from_secs(600)),
+            lease_horizon: HumanDuration(Duration::from_millis(200)),
+            max_lease_fraction: 0.05,
+            lease_ttl: HumanDuration(Duration::from_secs(1)),
+            cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// `response:` what answers carry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResponseSettings {
+    /// Add `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10) to ext_authz answers.
+    pub ratelimit_headers: bool,
+    /// Also add the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
+    pub legacy_x_ratelimit_headers: bool,
+    /// Fill the RLS response's `dynamic_metadata` as envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA` does: the domain, the descriptors, and the merged `metadata`
+    /// of every descriptor that passed.
+    pub rls_dynamic_metadata: bool,
+}
+
+impl Default for ResponseSettings {
+    fn default() -> Self {
+        Self {
+            ratelimit_headers: true,
+            legacy_x_ratelimit_headers: false,
+            rls_dynamic_metadata: false,
+        }
+    }
+}
+
+/// `engine.max_keys`: at least 1.
+fn max_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("max_keys must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+/// `redis.breaker_failures`: at least 1.
+fn breaker_failures<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "breaker_failures must be at least 1",
+        )),
+        n => Ok(n),
+    }
+}
+
+/// `redis.batch_max`: 1 to 1024.
+fn batch_max<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        n @ 1..=1024 => Ok(n),
+        _ => Err(serde::de::Error::custom("batch_max must be from 1 to 1024")),
+    }
+}
+
+/// `engine.max_lease_fraction`: in (0, 1].
+fn max_lease_fraction<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let f = f64::deserialize(d)?;
+    if f > 0.0 && f <= 1.0 {
+        Ok(f)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "max_lease_fraction must be in (0, 1], not {f}"
+        )))
+    }
+}

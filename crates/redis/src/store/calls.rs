@@ -1,0 +1,180 @@
+//! Script calls: each one refused at once while the breaker is open and bounded by the timeout,
+//! lease and release calls sent in batches ([`crate::batch`]), every outcome counted in the
+//! breaker. Also the calls with an explicit `now` (tests and the conformance suite).
+
+use redis::RedisError;
+use sluice_core::bucket::Rate;
+use sluice_engine::{LeaseGrant, StoreError};
+
+use super::RedisStore;
+use super::errors::{classify, retry_alone, trips_breaker};
+use crate::batch::NotBatched;
+use crate::scripts::{self, CHARGE, CLOSE, LEASE, PEEK, RELEASE};
+
+impl RedisStore {
+    /// Lease with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        want: u64,
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.grant(&scripts::bucket_call(&LEASE, key, &rate, now, &[want]))
+            .await
+    }
+
+    /// Charge with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
+    pub async fn charge_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        tokens: u64,
+        max_debt: u64,
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.grant(&scripts::bucket_call(
+            &CHARGE,
+            key,
+            &rate,
+            now,
+            &[tokens, max_debt],
+        ))
+        .await
+    }
+
+    /// Runs a script that answers `{tokens, remaining_millitokens, window, ends_in}` (lease,
+    /// charge; `ends_in` is -1 for a token bucket, whose tokens never lapse).
+    async fn grant(&self, inv: &redis::ScriptInvocation<'_>) -> Result<LeaseGrant, StoreError> {
+        self.call(inv).await.map(grant_of)
+    }
+
+    /// Release (into `window`, the grant's) with an explicit `now`; returns the tokens left.
+    pub async fn release_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        tokens: u64,
+        window: u64,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens, window]);
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
+    /// Close window `window` of a fixed window with an explicit `now`; returns the tokens left.
+    pub async fn close_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        window: u64,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let inv = scripts::bucket_call(&CLOSE, key, &rate, now, &[window]);
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
+    /// Peek with an explicit `now`.
+    pub async fn peek_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        now: Option<u64>,
+    ) -> Result<f64, StoreError> {
+        let inv = scripts::bucket_call(&PEEK, key, &rate, now, &[]);
+        let milli: i64 = self.call(&inv).await?;
+        Ok(milli as f64 / 1000.0)
+    }
+
+    /// One script call: refused at once while the breaker is open, bounded by the timeout.
+    pub(super) async fn call<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        if !self.breaker.is_closed() {
+            return Err(StoreError::Unavailable("circuit open".into()));
+        }
+        let Some(conn) = self.conn.load_full() else {
+            return Err(StoreError::Unavailable("not connected".into()));
+        };
+        self.metrics.round_trips.inc();
+        let answer = tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await;
+        self.settle(answer.map_err(|_| StoreError::Timeout))
+    }
+
+    /// A bucket script call on `key` without an explicit `now`, sent in a batch with other keys'
+    /// calls ([`crate::batch`]). A call the batch could not run (queue full, NOSCRIPT, MOVED, ASK,
+    /// TRYAGAIN) is sent again alone through [`call`](Self::call), which loads scripts and
+    /// follows redirections. The whole wait, batch and retry, is bounded by one timeout each.
+    pub(super) async fn batched<T: redis::FromRedisValue>(
+        &self,
+        script: &'static redis::Script,
+        key: &str,
+        rate: &Rate,
+        args: &[u64],
+    ) -> Result<T, StoreError> {
+        if !self.breaker.is_closed() {
+            return Err(StoreError::Unavailable("circuit open".into()));
+        }
+        let cmd = scripts::bucket_cmd(script, key, rate, args);
+        let alone = || scripts::bucket_call(script, key, rate, None, args);
+        let answer = match tokio::time::timeout(
+            self.settings.timeout.0,
+            self.batcher.call(cmd, key),
+        )
+        .await
+        {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(Err(NotBatched::Busy)) => return self.call(&alone()).await,
+            Ok(Ok(Ok(redis::Value::ServerError(e)))) if retry_alone(e.code()) => {
+                return self.call(&alone()).await;
+            }
+            // Any other error of this call alone (CLUSTERDOWN, LOADING, …) keeps its code, so it
+            // is classified as the same error outside a batch would be.
+            Ok(Ok(Ok(redis::Value::ServerError(e)))) => Ok(Err(RedisError::from(e))),
+            Ok(Ok(answer)) => Ok(answer.and_then(|v| Ok(redis::from_redis_value(v)?))),
+        };
+        self.settle(answer)
+    }
+
+    /// Counts a call's outcome in the circuit breaker and maps its error.
+    fn settle<T>(
+        &self,
+        answer: Result<Result<T, RedisError>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut trips = true;
+        let result = match answer {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                trips = trips_breaker(&e);
+                Err(classify(&e))
+            }
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(_) => self.breaker.success(),
+            // Redis answered: it is up, only this call failed.
+            Err(_) if !trips => {}
+            Err(e) => {
+                if self.breaker.failure() {
+                    self.metrics.breaker_opens.inc();
+                    self.metrics.degraded.set(1);
+                    tracing::warn!(error = %e, "Redis circuit breaker open: rules use their fallback until Redis answers");
+                }
+            }
+        }
+        result
+    }
+}
+
+/// A grant from a script's answer `{tokens, remaining_millitokens, window, ends_in}`.
+pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) -> LeaseGrant {
+    LeaseGrant {
+        granted,
+        remaining: milli as f64 / 1000.0,
+        window,
+        ends_in: u64::try_from(ends_in).ok(),
+    }
+}

@@ -1,0 +1,72 @@
+//! What a Redis error means: the engine's kind of error ([`classify`]), whether it counts toward
+//! opening the circuit breaker ([`trips_breaker`]), whether a batched call is sent again alone
+//! ([`retry_alone`]), and what of it may be printed ([`safe`]).
+
+use redis::RedisError;
+use sluice_engine::StoreError;
+
+/// Whether a call a batch could not run is sent again alone: the script is not loaded yet
+/// (NOSCRIPT), or the key's slot is elsewhere or moving (MOVED, ASK, TRYAGAIN).
+pub(super) fn retry_alone(code: &str) -> bool {
+    matches!(code, "NOSCRIPT" | "MOVED" | "ASK" | "TRYAGAIN")
+}
+
+/// Maps a Redis error to the engine's kinds. Cluster states that pass (CLUSTERDOWN during
+/// failover, TRYAGAIN and ASK/MOVED storms during resharding, LOADING after a restart) are
+/// `Unavailable`, so rules fall back and the breaker can open; anything else is a protocol error.
+pub(super) fn classify(e: &RedisError) -> StoreError {
+    const TRANSIENT: &[&str] = &[
+        "NOSCRIPT",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MASTERDOWN",
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "MOVED",
+        "ASK",
+    ];
+    if e.is_timeout() {
+        StoreError::Timeout
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.code().is_some_and(|c| TRANSIENT.contains(&c))
+    {
+        StoreError::Unavailable(safe(e))
+    } else {
+        StoreError::Protocol(safe(e))
+    }
+}
+
+/// Whether an error says Redis may be down (and counts toward opening the breaker). A script that
+/// Redis no longer knows (NOSCRIPT: restarted or failed over, and the reload raced) is an answer
+/// from a Redis that is up: the next call loads the script again.
+pub(super) fn trips_breaker(e: &RedisError) -> bool {
+    e.code() != Some("NOSCRIPT")
+}
+
+/// An error's text without anything that could carry credentials.
+pub(super) fn safe(e: &RedisError) -> String {
+    e.code()
+        .map_or_else(|| format!("{:?}", e.kind()), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, ServerErrorKind};
+
+    #[test]
+    fn noscript_is_transient_and_never_opens_the_breaker() {
+        let noscript = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoScript),
+            "NOSCRIPT",
+            "No matching script".to_string(),
+        ));
+        assert!(!trips_breaker(&noscript), "{noscript:?}");
+        assert!(matches!(classify(&noscript), StoreError::Unavailable(_)));
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(trips_breaker(&io));
+    }
+}

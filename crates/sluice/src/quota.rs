@@ -1,0 +1,270 @@
+//! `sluice quota get|list|assignments|reset|watch`: reading (and resetting) the quota state of a
+//! running sluice, and how it is printed.
+
+use anyhow::Context;
+use serde_json::json;
+use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::Assignment;
+use sluice_proto::sluice::v1::quota_client::QuotaClient;
+
+use crate::cli::{Output, QuotaCommand};
+use crate::connect::{channel, entries, reader, status_error};
+use crate::output::{out, period, table};
+
+/// `sluice quota …`.
+pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
+    match command {
+        QuotaCommand::Get { target, descriptor } => {
+            let mut client = reader(&target).await?;
+            let state = client
+                .get_quota(pb::GetQuotaRequest {
+                    domain: descriptor.domain.clone(),
+                    entries: entries(&descriptor),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_state(&state, target.output);
+        }
+        QuotaCommand::List {
+            target,
+            domain,
+            rule,
+            prefix,
+            limit,
+        } => {
+            let mut client = reader(&target).await?;
+            let resp = client
+                .list_quotas(pb::ListQuotasRequest {
+                    domain,
+                    rule,
+                    prefix,
+                    page_size: limit,
+                    page_token: String::new(),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if target.output == Output::Json {
+                let keys: Vec<_> = resp
+                    .keys
+                    .iter()
+                    .map(|k| json!({"domain": k.domain, "rule": k.rule, "values": k.values, "mode": k.mode, "local_lease": k.local_lease, "idle_seconds": k.idle_seconds}))
+                    .collect();
+                out(&json!({"total": resp.total, "keys": keys}).to_string());
+            } else {
+                let mut rows = vec![vec![
+                    "DOMAIN".into(),
+                    "RULE".into(),
+                    "VALUES".into(),
+                    "MODE".into(),
+                    "LEASE".into(),
+                    "IDLE".into(),
+                ]];
+                for k in &resp.keys {
+                    rows.push(vec![
+                        k.domain.clone(),
+                        k.rule.clone(),
+                        k.values.clone(),
+                        k.mode.clone(),
+                        k.local_lease.to_string(),
+                        format!("{:.1}s", k.idle_seconds),
+                    ]);
+                }
+                table(&rows);
+                out(&format!(
+                    "{} of {} tracked keys",
+                    resp.keys.len(),
+                    resp.total
+                ));
+            }
+        }
+        QuotaCommand::Assignments { target, domain } => {
+            let mut client = reader(&target).await?;
+            let resp = client
+                .list_assignments(pb::ListAssignmentsRequest { domain })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_assignments(&resp.assignments, target.output);
+        }
+        QuotaCommand::Reset {
+            target,
+            descriptor,
+            token_env,
+        } => {
+            let token = std::env::var(&token_env)
+                .with_context(|| format!("the reset token: set {token_env}"))?;
+            let mut request = tonic::Request::new(pb::ResetQuotaRequest {
+                domain: descriptor.domain.clone(),
+                entries: entries(&descriptor),
+            });
+            let bearer = format!("Bearer {token}")
+                .parse()
+                .context("the token is not a valid header value")?;
+            request.metadata_mut().insert("authorization", bearer);
+            let mut client = QuotaClient::new(channel(&target).await?);
+            let state = client
+                .reset_quota(request)
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_state(&state, target.output);
+        }
+        QuotaCommand::Watch {
+            target,
+            descriptor,
+            interval,
+        } => {
+            let mut client = reader(&target).await?;
+            let mut stream = client
+                .watch_quota(pb::WatchQuotaRequest {
+                    domain: descriptor.domain.clone(),
+                    entries: entries(&descriptor),
+                    interval: Some(prost_types::Duration {
+                        seconds: interval.as_secs() as i64,
+                        nanos: interval.subsec_nanos() as i32,
+                    }),
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            while let Some(state) = stream.message().await.map_err(status_error)? {
+                print_state(&state, target.output);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_state(s: &pb::QuotaState, output: Output) {
+    if output == Output::Json {
+        out(&sluice_server::quota::state_json(s).to_string());
+        return;
+    }
+    if !s.matched {
+        out(&format!("not limited: {}", s.reason));
+        return;
+    }
+    let until_full = sluice_server::quota::seconds(s.until_full.as_ref());
+    let mut rows = vec![
+        vec!["rule".to_string(), s.rule.clone()],
+        vec!["matched because".into(), s.reason.clone()],
+        vec![
+            "limit".into(),
+            format!(
+                "{} per {} (burst {})",
+                s.requests_per_unit,
+                period(&s.unit, s.unit_multiplier),
+                s.burst
+            ),
+        ],
+        vec![
+            "global remaining".into(),
+            format!("{:.2}", s.global_remaining),
+        ],
+        vec!["this instance's lease".into(), s.local_lease.to_string()],
+    ];
+    if s.charge == "post_paid" {
+        let debt = if s.debt > 0 {
+            format!("{} (checks denied until repaid)", s.debt)
+        } else {
+            "0".into()
+        };
+        rows.push(vec![
+            "charge".into(),
+            format!("post_paid (max debt {})", s.max_debt),
+        ]);
+        rows.push(vec!["debt".into(), debt]);
+    }
+    rows.extend([
+        vec!["full again in".into(), format!("{until_full:.1}s")],
+        vec![
+            "mode".into(),
+            format!(
+                "{} (fallback {}){}",
+                s.mode,
+                s.fallback,
+                if s.shadow_mode { ", shadow" } else { "" }
+            ),
+        ],
+        vec![
+            "store".into(),
+            format!(
+                "{}{}",
+                s.store,
+                if s.degraded {
+                    " (DEGRADED: fallback applies)"
+                } else {
+                    ""
+                }
+            ),
+        ],
+    ]);
+    // Further limits of the descriptor (`rate_limits`): each with its own remaining.
+    for (i, more) in s.limits.iter().enumerate() {
+        let until_full = sluice_server::quota::seconds(more.until_full.as_ref());
+        rows.push(vec![
+            format!("limit {}", i + 2),
+            format!(
+                "{}: {} per {} (burst {}), {:.2} remaining, this instance's lease {}, full in {until_full:.1}s",
+                more.rule,
+                more.requests_per_unit,
+                period(&more.unit, more.unit_multiplier),
+                more.burst,
+                more.global_remaining,
+                more.local_lease
+            ),
+        ]);
+    }
+    table(&rows);
+}
+
+/// Prints RLQS assignments: one row per bucket and Envoy.
+pub fn print_assignments(assignments: &[Assignment], output: Output) {
+    let bucket = |a: &Assignment| {
+        a.bucket
+            .iter()
+            .map(|e| format!("{}={}", e.key, e.value))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    if output == Output::Json {
+        let rows: Vec<_> = assignments
+            .iter()
+            .map(|a| {
+                json!({
+                    "envoy": a.envoy, "stream": a.stream, "domain": a.domain, "rule": a.rule,
+                    "bucket": bucket(a), "strategy": a.strategy,
+                    "tokens_per_second": a.tokens_per_second, "demand": a.demand,
+                    "allowed": a.allowed, "denied": a.denied, "unpaid": a.unpaid,
+                })
+            })
+            .collect();
+        out(&json!({ "assignments": rows }).to_string());
+        return;
+    }
+    let mut rows = vec![
+        [
+            "ENVOY", "DOMAIN", "RULE", "BUCKET", "STRATEGY", "TOKENS/S", "DEMAND/S", "ALLOWED",
+            "DENIED",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for a in assignments {
+        rows.push(vec![
+            a.envoy.clone(),
+            a.domain.clone(),
+            a.rule.clone(),
+            bucket(a),
+            format!("{}{}", a.strategy, if a.unpaid { " (unpaid)" } else { "" }),
+            format!("{:.2}", a.tokens_per_second),
+            a.demand.map_or_else(|| "-".into(), |d| format!("{d:.2}")),
+            a.allowed.to_string(),
+            a.denied.to_string(),
+        ]);
+    }
+    table(&rows);
+    out(&format!("{} buckets", assignments.len()));
+}
