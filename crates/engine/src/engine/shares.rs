@@ -85,14 +85,8 @@ impl Engine {
             return Ok(state.local.take_up_to(&payee.rate, now, want));
         }
         let leaser = &self.leaser;
-        let started = Instant::now();
         let call = leaser.store.lease(&payee.store_key, payee.rate, want);
-        let result = until(share_deadline(), call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
-        leaser
-            .metrics
-            .observe_result(StoreOp::Lease, started, &result);
+        let result = self.share_call(StoreOp::Lease, call).await;
         match result {
             Ok(grant) => {
                 leaser.metrics.tokens_granted(grant.granted);
@@ -120,16 +114,10 @@ impl Engine {
             return;
         }
         let leaser = &self.leaser;
-        let started = Instant::now();
         let call = leaser
             .store
             .release(&payee.store_key, payee.rate, tokens, 0);
-        let result = until(share_deadline(), call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
-        leaser
-            .metrics
-            .observe_result(StoreOp::Release, started, &result);
+        let result = self.share_call(StoreOp::Release, call).await;
         match result {
             Ok(()) => leaser.metrics.tokens_returned(tokens),
             Err(e) => {
@@ -147,17 +135,25 @@ impl Engine {
         milli_rps: u64,
         ttl: std::time::Duration,
     ) -> Result<Vec<u64>, StoreError> {
-        let leaser = &self.leaser;
-        let started = Instant::now();
-        let call = leaser
+        let call = self
+            .leaser
             .store
             .demand(&payee.store_key, client, milli_rps, ttl);
-        let result = until(share_deadline(), call)
+        self.share_call(StoreOp::Demand, call).await
+    }
+
+    /// A share's store call: cut at [`SHARE_CALL_TIMEOUT`], counted with its latency.
+    async fn share_call<T>(
+        &self,
+        op: StoreOp,
+        call: crate::store::StoreFuture<'_, T>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + SHARE_CALL_TIMEOUT;
+        let result = until(Some(deadline), call)
             .await
             .unwrap_or(Err(StoreError::Timeout));
-        leaser
-            .metrics
-            .observe_result(StoreOp::Demand, started, &result);
+        self.leaser.metrics.observe_result(op, started, &result);
         result
     }
 
@@ -182,9 +178,4 @@ impl Engine {
             Slot::NoRoom(_) => Err(StoreError::Full),
         }
     }
-}
-
-/// When a share's store call started now must end.
-fn share_deadline() -> Option<tokio::time::Instant> {
-    Some(tokio::time::Instant::now() + SHARE_CALL_TIMEOUT)
 }
