@@ -154,6 +154,16 @@ for i in 0 1; do
   serve "1872$i" "$work/pod$i-envoy.log" "$envoy" -c "$work/pod$i.yaml" --concurrency 1 -l warn --disable-hot-restart --base-id "7$((i + 2))"
   pids+=("$SERVED_PID")
 done
+# A new tenant on a running fleet: both sidecars know of each other (heartbeats) before its
+# first request, as they do once a fleet has run for a heartbeat interval.
+for _ in $(seq 100); do
+  n=0
+  for port in 18795 18796; do
+    curl -s "127.0.0.1:$port/metrics" | grep -q '^sluice_live_instances 2$' && n=$((n + 1))
+  done
+  [ "$n" = 2 ] && break
+  sleep 0.1
+done
 before=$(docker exec "$redis_ctr" redis-cli info commandstats | grep -E '^cmdstat_(evalsha|eval):' | sed 's/^[^:]*:calls=\([0-9]*\).*/\1/' | paste -sd+ | bc)
 start=$(date +%s.%N)
 # 4 000 requests a second offered to each Envoy (8 times the limit in all), at a fixed rate.

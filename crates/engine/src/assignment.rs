@@ -22,7 +22,7 @@ mod funds;
 mod share;
 
 pub use funds::Funds;
-pub use share::{NEW_TTL, Reported, Share, Step, TTL};
+pub use share::{NEW_TTL, Reported, Share, Step, TICK, TTL};
 
 /// Time allowed between sluice sending a response and Envoy applying it, in microseconds.
 pub const MARGIN_MICROS: u64 = 250_000;

@@ -47,13 +47,17 @@ impl Funds {
 
     /// Leases up to `want` tokens from every limit; keeps the least any of them granted and
     /// hands the rest back. `Err` (nothing kept) if a store is unavailable or has no room.
-    pub(super) async fn lease(&self, want: u64) -> Result<u64, StoreError> {
+    pub(super) async fn lease(&self, want: u64) -> Result<Leased, StoreError> {
         let first = self.engine.lease_share(&self.payee, want).await?;
+        let mut left = first.remaining;
         let mut grants = Vec::with_capacity(self.further.len());
         let mut failed = None;
         for f in &self.further {
-            match self.engine.lease_share(f, first).await {
-                Ok(granted) => grants.push(granted),
+            match self.engine.lease_share(f, first.granted).await {
+                Ok(grant) => {
+                    left = left.min(grant.remaining);
+                    grants.push(grant.granted);
+                }
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -63,10 +67,10 @@ impl Funds {
         let kept = if failed.is_some() {
             0
         } else {
-            grants.iter().copied().fold(first, u64::min)
+            grants.iter().copied().fold(first.granted, u64::min)
         };
         self.engine
-            .release_share(&self.payee, first.saturating_sub(kept))
+            .release_share(&self.payee, first.granted.saturating_sub(kept))
             .await;
         for (f, granted) in self.further.iter().zip(grants) {
             self.engine
@@ -75,7 +79,15 @@ impl Funds {
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(kept),
+            None => Ok(Leased { kept, left }),
         }
     }
+}
+
+/// What a lease for a share brought.
+pub(super) struct Leased {
+    /// Tokens kept (the least any limit granted).
+    pub kept: u64,
+    /// The least any limit had left after it.
+    pub left: f64,
 }

@@ -43,19 +43,31 @@ const RENEWED_TTL: u32 = 3;
 /// longer than Envoy 1.40's 5 s between reconnect attempts, so a stream that drops and reopens
 /// finds Envoy still enforcing a paid share.
 pub const TTL: u32 = 6;
+/// How often the stream looks at every bucket (and renews what Envoy holds): twice a TTL of
+/// `CONTENDED_TTL`, so one late tick does not lapse it.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(500);
 /// An assignment that is not surely live this long after now lapses before the next tick
-/// (a tick and half a tick of jitter, microseconds).
-pub(super) const RENEW_BEFORE: u64 = 1_500_000;
+/// (a tick and a fifth of one for jitter, microseconds): with more, a 1 s TTL would count as
+/// lapsing the moment it is sent, and a renewal a moment later that the pool cannot pay yet
+/// would replace it with a smaller share.
+pub(super) const RENEW_BEFORE: u64 = TICK.as_micros() as u64 * 6 / 5;
 /// A share grows to its target only by at least this factor (each change restarts Envoy's
 /// bucket full), and half-way to it only by at least `HALF_STEP`.
 pub(super) const MIN_STEP: f64 = 1.05;
-const HALF_STEP: f64 = 1.25;
+const HALF_STEP: f64 = 1.5;
 /// How long a demand counts in the store without a new report (three of Envoy's 5 s reports).
 const DEMAND_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Slack for float rounding in sums of fractional costs (never a whole token).
 pub(super) const SLACK: f64 = 1e-9;
 /// Seconds of the share leased ahead with each store call (fewer store calls per bucket).
 pub(super) const LOOKAHEAD: f64 = 2.0;
+/// The longest TTL while the rule is contended (seconds): the shortest Envoy 1.40 takes (it
+/// reads whole seconds), renewed every `TICK`. Every second longer is a second of the share
+/// paid ahead that no one admits when the run ends (with `TTL`, 6 s of the rule's rate sat paid
+/// and unused: 87.8% of `B + L·t` from a cold start in `loadtest/rlqs.sh`).
+const CONTENDED_TTL: u32 = 1;
+/// Seconds of the share leased ahead while contended (about one store call a tick).
+const CONTENDED_LOOKAHEAD: f64 = 0.5;
 
 /// What to send for a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,6 +139,9 @@ pub struct Share {
     entitled: f64,
     /// When `entitled` was last topped up.
     entitled_at: u64,
+    /// What the rule's bucket had left after this stream's last lease: more than a tick needs
+    /// is only taken from that, split among the sharers (never from others' renewals).
+    left: Option<f64>,
     /// What Envoy reported, in all.
     pub reported: Reported,
     /// Whether the strategy in force was sent unpaid (store down).
@@ -153,6 +168,7 @@ impl Share {
             // A new bucket may lease its share of the burst at once.
             entitled: f64::INFINITY,
             entitled_at: now,
+            left: None,
             reported: Reported::new(now),
             unpaid: false,
             no_room: false,
@@ -199,23 +215,40 @@ impl Share {
         // renewal does not lapse), but not past that while the pool is saved for a new share.
         let renewal = current.map(|tb| {
             let step = u32::from(target.is_none());
-            let ttl = (self.prepaid.ttl_secs() + step).clamp(RENEWED_TTL, TTL);
+            let max = self.max_ttl();
+            let ttl = (self.prepaid.ttl_secs() + step).clamp(RENEWED_TTL.min(max), max);
             (Strategy::Bucket(tb), ttl)
         });
-        // One store call at most: enough for the larger of the new share and the renewal, and
-        // `LOOKAHEAD` seconds more.
-        let mut need: f64 = 0.0;
-        if let Some(rate) = target {
+        // One store call at most. What this tick cannot do without (the renewal of the share
+        // Envoy holds, or with none, the new share), and beyond that (a larger share, `LOOKAHEAD`
+        // seconds more) only a part of what the rule's bucket had left at the last lease: with
+        // every sharer asking for more than its renewal at once, one renewal goes unpaid, its
+        // share lapses and restarts smaller, and contended shares oscillate (measured).
+        let new_cost = target.map(|rate| {
             let q = self.quote_rate(rate, now);
-            need = need.max(q.cost - q.credit);
-        }
-        if let Some((s, ttl)) = renewal {
-            need = need.max(self.prepaid.quote(s, ttl, now).cost);
-        }
+            q.cost - q.credit
+        });
+        let renew_cost = renewal.map(|(s, ttl)| self.prepaid.quote(s, ttl, now).cost);
+        let base = renew_cost.or(new_cost).unwrap_or(0.0);
+        let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
+        let wanted = base.max(new_cost.unwrap_or(0.0)) + rate * self.lookahead();
         self.entitle(now, instances);
-        if need > self.pool + SLACK && self.entitled >= 1.0 {
-            let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
-            let want = (need - self.pool + rate * LOOKAHEAD).min(self.entitled);
+        let spare = match self.left {
+            None => f64::INFINITY,
+            // What a contended rule leaves beyond the shares in force is what the shares below
+            // their fair one fall short by: each takes its own shortfall a tick, so the first to
+            // ask does not grow at the expense of the others (measured: it did, for 10 s).
+            Some(left) if self.contended() => {
+                let short = self.fair_rate(instances) - current.map_or(0.0, |tb| tb.rate());
+                left.min(short.max(0.0) * TICK.as_secs_f64() + 1.0)
+            }
+            Some(left) => left / self.sharers(instances),
+        }
+        .max(0.0);
+        let short = base.max(new_cost.unwrap_or(0.0)) > self.pool + SLACK;
+        // The pool grows by at most `spare` a tick beyond what the tick spends.
+        let want = (wanted - self.pool).min(base + spare).min(self.entitled);
+        if short && want >= 1.0 {
             match self.lease(want).await {
                 Ok(()) => {}
                 // No room for the key (`engine.max_keys`): nothing unpaid is ever sent; what
@@ -230,31 +263,28 @@ impl Share {
                 }
             }
         }
-        // A new share: the target, or half-way to a larger one (each change restarts Envoy's
-        // bucket, so a share grows in few large steps while the pool saves up, not many small
-        // ones); with none in force, the largest share the pool pays for.
+        // A new share: the target, or the largest the pool pays for if that is a large step
+        // (each change restarts Envoy's bucket, so a share grows in few large steps while the
+        // pool saves up, not many small ones); with none in force, the largest share the pool
+        // pays for.
         if let Some(rate) = target {
             match current {
                 Some(tb) if rate > tb.rate() => {
                     let have = tb.rate();
-                    // The target itself if it is a step worth its restart; half-way only if
-                    // that is a large step.
-                    for (r, step) in [(rate, MIN_STEP), (have + (rate - have) / 2.0, HALF_STEP)] {
-                        if r < have * step {
-                            continue;
-                        }
-                        if let Some(step) = self.try_share(r, now) {
-                            return step;
-                        }
+                    if let Some(step) = self.try_share(rate, now) {
+                        return step;
+                    }
+                    let credit = self.prepaid.credit_on_abandon(now);
+                    let r = rate.min(self.affordable(self.pool + credit, 1));
+                    if r >= have * HALF_STEP
+                        && let Some(step) = self.largest_share(r, now)
+                    {
+                        return step;
                     }
                 }
                 _ => {
-                    let mut r = rate;
-                    while r >= self.min_rate() {
-                        if let Some(step) = self.try_share(r, now) {
-                            return step;
-                        }
-                        r *= 0.7;
+                    if let Some(step) = self.largest_share(rate, now) {
+                        return step;
                     }
                 }
             }
@@ -272,15 +302,8 @@ impl Share {
                 return Step::Keep;
             }
             // About to lapse unpaid: a smaller share the pool pays for.
-            let mut r = s_rate(s) * 0.7;
-            while r >= self.min_rate() {
-                let smaller = self
-                    .prepaid
-                    .distinct(Strategy::Bucket(self.token_bucket(r)));
-                if self.try_pay(smaller, NEW_TTL, now) {
-                    return self.sent(smaller, NEW_TTL, now, false);
-                }
-                r *= 0.7;
+            if let Some(step) = self.largest_share(s_rate(s) * 0.98, now) {
+                return step;
             }
         }
         // Nothing paid is left: DENY_ALL, renewed every tick, until the global bucket refills.

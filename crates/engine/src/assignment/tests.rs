@@ -59,6 +59,14 @@ impl EnvoyModel {
         }
     }
 
+    /// What Envoy could have admitted by `at` (demand always above what it may admit).
+    pub(super) fn admitted_by(&self, at: u64) -> f64 {
+        self.admitted
+            + self.current.map_or(0.0, |(b, created, expires)| {
+                b.rate() * span(created, at.min(expires))
+            })
+    }
+
     pub(super) fn finish(mut self) -> f64 {
         self.close(u64::MAX);
         self.admitted

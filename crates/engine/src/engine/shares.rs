@@ -16,7 +16,7 @@ use crate::decision::LimitInfo;
 use crate::key;
 use crate::metrics::StoreOp;
 use crate::plan::Slot;
-use crate::store::{StoreError, until};
+use crate::store::{LeaseGrant, StoreError, until};
 
 /// The longest an RLQS share's store call may take. Not a decision's timeout (`redis.timeout`,
 /// tens of milliseconds, for a request waiting on it): a share's calls are off every request's
@@ -76,13 +76,21 @@ impl Payee {
 impl Engine {
     /// Takes up to `want` tokens from `payee` for an RLQS share: from its global bucket (a
     /// counted store call, bounded by the store's decision timeout), or from this sidecar's
-    /// local bucket. [`StoreError::Full`] when the key finds no room (counted as refused).
-    pub async fn lease_share(&self, payee: &Payee, want: u64) -> Result<u64, StoreError> {
+    /// local bucket. [`StoreError::Full`] when the key finds no room (counted as refused). The
+    /// grant says what is left in the bucket, so shares take more than they need only from
+    /// what others leave.
+    pub async fn lease_share(&self, payee: &Payee, want: u64) -> Result<LeaseGrant, StoreError> {
         let now = self.now();
         if payee.mode == Mode::Local {
             let bucket = self.local_bucket(payee, now)?;
             let mut state = bucket.lock();
-            return Ok(state.local.take_up_to(&payee.rate, now, want));
+            let granted = state.local.take_up_to(&payee.rate, now, want);
+            return Ok(LeaseGrant {
+                granted,
+                remaining: state.local.available_at(&payee.rate, now),
+                window: 0,
+                ends_in: None,
+            });
         }
         let leaser = &self.leaser;
         let call = leaser.store.lease(&payee.store_key, payee.rate, want);
@@ -90,7 +98,7 @@ impl Engine {
         match result {
             Ok(grant) => {
                 leaser.metrics.tokens_granted(grant.granted);
-                Ok(grant.granted)
+                Ok(grant)
             }
             Err(StoreError::Full) => {
                 leaser.metrics.key_refused("store", now);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use sluice_core::rules::BucketMatch;
 use sluice_core::{Entry, RuleSet};
 use sluice_engine::Payee;
-use sluice_engine::assignment::{Funds, Share, Step, Strategy};
+use sluice_engine::assignment::{Funds, Share, Step, Strategy, TICK};
 use sluice_proto::envoy::rlqs::rate_limit_quota_response::BucketAction;
 use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc::Sender;
@@ -38,8 +38,6 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
 /// beyond are left unassigned (Envoy applies its `no_assignment_behavior`) and counted
 /// (`too_large`). Each id is held once, and answers must name it as Envoy sent it.
 pub const MAX_ID_BYTES: usize = 1 << 20;
-/// How often every bucket is looked at.
-const TICK: Duration = Duration::from_secs(1);
 
 /// Runs one stream until Envoy closes it, it fails, or sluice drains.
 pub async fn run(

@@ -6,10 +6,10 @@ use sluice_core::config::Fallback;
 use super::super::{Quote, Strategy, TokenBucket};
 use super::{NEW_TTL, RENEW_BEFORE, SLACK, Share, Step};
 
-/// The shortest TTL of a new share: one tick and the time to reach Envoy would end a 1 s TTL
-/// before its renewal arrives (measured: 1 s let Envoy's bucket lapse at every tick, and each
-/// lapse restarts it full, 82.4% of `B + L·t` in `loadtest/rlqs.sh`).
-const MIN_NEW_TTL: u32 = 2;
+/// The shortest TTL of a new share: Envoy 1.40's shortest, two ticks (with 1 s ticks a 1 s TTL
+/// lapsed at every tick, and each lapse restarts Envoy's bucket full: 82.4% of `B + L·t` in
+/// `loadtest/rlqs.sh`; ticks are 0.5 s since).
+const MIN_NEW_TTL: u32 = 1;
 use crate::store::StoreError;
 
 impl Share {
@@ -47,18 +47,19 @@ impl Share {
         let s = self
             .prepaid
             .distinct(Strategy::Bucket(self.token_bucket(rate)));
-        self.prepaid.quote(s, NEW_TTL, now)
+        self.prepaid.quote(s, self.new_ttl(), now)
     }
 
-    /// Leases `tokens` (rounded down, at least 1, at most the burst) into the pool.
+    /// Leases `tokens` (rounded up, so what was asked for pays what it was asked for; at least
+    /// 1, at most the burst) into the pool.
     pub(super) async fn lease(&mut self, tokens: f64) -> Result<(), StoreError> {
-        let want = tokens
-            .floor()
-            .clamp(1.0, self.funds.payee.rate.burst as f64) as u64;
+        let want = tokens.ceil().clamp(1.0, self.funds.payee.rate.burst as f64) as u64;
         match self.funds.lease(want).await {
-            Ok(granted) => {
-                self.pool += granted as f64;
-                self.entitled -= granted as f64;
+            Ok(l) => {
+                tracing::debug!(key = %self.funds.payee.store_key, want, kept = l.kept, left = l.left, "RLQS lease");
+                self.pool += l.kept as f64;
+                self.entitled -= l.kept as f64;
+                self.left = Some(l.left);
                 Ok(())
             }
             Err(e) => {
@@ -77,10 +78,28 @@ impl Share {
         let s = self
             .prepaid
             .distinct(Strategy::Bucket(self.token_bucket(rate)));
-        let ttl = (MIN_NEW_TTL..=NEW_TTL)
+        let ttl = (MIN_NEW_TTL..=self.new_ttl())
             .rev()
             .find(|&ttl| self.try_pay(s, ttl, now))?;
         Some(self.sent(s, ttl, now, false))
+    }
+
+    /// The largest share up to `rate` the pool pays for as a new strategy, if any (with the
+    /// credit of what Envoy holds now): tried from the estimate down in small steps, as each
+    /// change restarts Envoy's bucket and a share too small costs seconds to grow.
+    pub(super) fn largest_share(&mut self, rate: f64, now: u64) -> Option<Step> {
+        let credit = self.prepaid.credit_on_abandon(now);
+        let mut r = rate.min(self.affordable(self.pool + credit, MIN_NEW_TTL));
+        for tries in 0..40 {
+            if r < self.min_rate() {
+                break;
+            }
+            if let Some(step) = self.try_share(r, now) {
+                return Some(step);
+            }
+            r *= if tries < 8 { 0.98 } else { 0.8 };
+        }
+        None
     }
 
     /// Pays for `strategy` from the pool if it can.

@@ -1,18 +1,22 @@
 //! How large a bucket's share is: the fair share of the rule's rate from everyone's demand, the
 //! entitlement that bounds its leases, and the token bucket Envoy is sent for a rate.
 
-use super::super::{TokenBucket, fair_share};
-use super::{LOOKAHEAD, MIN_STEP, Share};
+use super::super::{MARGIN_MICROS, TokenBucket, fair_share};
+use super::{CONTENDED_LOOKAHEAD, CONTENDED_TTL, LOOKAHEAD, MIN_STEP, NEW_TTL, Share, TTL};
 
 /// A stream may lease this much more than its fair share, so that timing jitter (a late tick, a
 /// lease rounded down) does not starve a share it is entitled to.
 const ENTITLEMENT_SLACK: f64 = 1.25;
 
-/// The part of a rule's rate that shares may use in all.
-const CONTENDED: f64 = 0.97;
+/// The part of a contended rule's rate that shares may use in all: a little is left for what
+/// changes cost (each new strategy restarts Envoy's bucket full) and for a renewal a tick late.
+const CONTENDED: f64 = 0.99;
 
 /// Envoy's bucket holds this many seconds of its share.
 const BUCKET_SECS: f64 = 0.2;
+
+/// How far above its fair share a contended share is kept (each change restarts Envoy's bucket).
+const OVER_FAIR: f64 = 1.02;
 
 /// Share above reported demand.
 const HEADROOM: f64 = 1.2;
@@ -33,8 +37,16 @@ impl Share {
         };
         let have = tb.rate();
         // Before Envoy reported a duration, grow toward the even split as the pool allows.
-        let grow = want >= have * MIN_STEP && (self.saturated || self.demand.is_none());
-        let shrink = want < have * SHRINK_BELOW;
+        // Contended, a share a little short of its fair one is a loss for as long as it runs.
+        let step = if self.contended() {
+            OVER_FAIR
+        } else {
+            MIN_STEP
+        };
+        let grow = want >= have * step && (self.saturated || self.demand.is_none());
+        // A contended rule's shares sum to what it refills: one kept above its fair share
+        // takes what another's renewal needs.
+        let shrink = want < have * SHRINK_BELOW || (self.contended() && have > want * OVER_FAIR);
         (grow || shrink).then_some(want)
     }
 
@@ -49,7 +61,37 @@ impl Share {
                 // and jitter cost; without it, one late renewal starves a share.
                 fair_share(max * CONTENDED, d, everyone, HEADROOM).clamp(self.min_rate(), max)
             }
-            None => (max / self.sharers(instances)).max(self.min_rate()),
+            None => (max * CONTENDED / self.sharers(instances)).max(self.min_rate()),
+        }
+    }
+
+    /// Whether the rule is starved: Envoy denies, everyone's demand (with headroom) exceeds what
+    /// shares may use, or nothing is known yet. Then every second of a share paid ahead is a
+    /// second of the rule's rate that no one admits, so TTLs and leases stay short.
+    pub(super) fn contended(&self) -> bool {
+        let Some(d) = self.demand else {
+            return true;
+        };
+        let everyone = self.everyone.as_deref().unwrap_or(std::slice::from_ref(&d));
+        self.saturated || everyone.iter().sum::<f64>() * HEADROOM > self.rate_per_sec() * CONTENDED
+    }
+
+    /// The longest TTL to send now: short while contended.
+    pub(super) fn max_ttl(&self) -> u32 {
+        if self.contended() { CONTENDED_TTL } else { TTL }
+    }
+
+    /// The TTL of a new strategy.
+    pub(super) fn new_ttl(&self) -> u32 {
+        NEW_TTL.min(self.max_ttl())
+    }
+
+    /// Seconds of the share to lease ahead.
+    pub(super) fn lookahead(&self) -> f64 {
+        if self.contended() {
+            CONTENDED_LOOKAHEAD
+        } else {
+            LOOKAHEAD
         }
     }
 
@@ -60,8 +102,10 @@ impl Share {
     }
 
     /// Adds what this stream may lease since the last time: its fair share per second, kept up
-    /// to its share of the burst or `LOOKAHEAD` and a second of its share. So no sidecar leases
-    /// another's share away (the store grants whoever asks first).
+    /// to its share of the burst or a second of its share and what is leased ahead. So no
+    /// sidecar leases another's share away over time (the store grants whoever asks first);
+    /// within a tick, `Share::next` asks beyond what it cannot do without only from what the
+    /// bucket had left.
     pub(super) fn entitle(&mut self, now: u64, instances: u64) {
         let rate = self.fair_rate(instances) * ENTITLEMENT_SLACK;
         let elapsed = now.saturating_sub(self.entitled_at) as f64 / 1e6;
@@ -73,7 +117,7 @@ impl Share {
             self.entitled = burst_share;
             return;
         }
-        let cap = burst_share.max(rate * (LOOKAHEAD + 1.0));
+        let cap = burst_share.max(rate * (self.lookahead() + 1.0));
         self.entitled = (self.entitled + rate * elapsed).min(cap);
     }
 
@@ -91,6 +135,12 @@ impl Share {
 
     pub(super) fn min_rate(&self) -> f64 {
         1.0 / f64::from(self.fill_interval())
+    }
+
+    /// About the largest share a new strategy with `ttl` could have that `funds` pay for at
+    /// once (its bucket and its refill until the TTL and the margin).
+    pub(super) fn affordable(&self, funds: f64, ttl: u32) -> f64 {
+        funds / (BUCKET_SECS + f64::from(ttl) + MARGIN_MICROS as f64 / 1e6)
     }
 
     /// A token bucket refilling at about `rate` per second, holding `BUCKET_SECS` of it (at

@@ -19,6 +19,9 @@ use crate::store::{GlobalStore, LeaseGrant, StoreFuture};
 use crate::{Engine, EngineMetrics, EngineSettings, MemoryStore, Payee};
 
 const SEC: u64 = 1_000_000;
+const TICK_MICROS: u64 = TICK.as_micros() as u64;
+/// Envoy 1.40 reports every 5 s.
+const TICKS_PER_REPORT: usize = (5 * SEC / TICK_MICROS) as usize;
 
 /// The embedded store, failing at will: `0` answers, `1` is unavailable, `2` has no room.
 struct Flaky {
@@ -90,7 +93,7 @@ fn ticks() -> impl proptest::strategy::Strategy<Value = (usize, u64, u64, Vec<Ti
             proptest::strategy::Just(envoys),
             proptest::strategy::Just(rate),
             proptest::strategy::Just(minute),
-            prop::collection::vec(tick, 5..40),
+            prop::collection::vec(tick, 10..80),
         )
     })
 }
@@ -137,7 +140,7 @@ proptest! {
                     let (allowed, denied) = reports[k];
                     // Envoy 1.40: a first report of 0 s, then one every 5 s.
                     let elapsed = if i == 0 { 0 } else { 5 };
-                    if i % 5 == 0 {
+                    if i % TICKS_PER_REPORT == 0 {
                         share.report(u64::from(allowed), u64::from(denied), elapsed, now);
                     }
                     if let Step::Send(strategy, ttl) = share.next(now, envoys as u64).await {
@@ -145,7 +148,7 @@ proptest! {
                         models[k].receive(strategy, ttl, now + super::super::MARGIN_MICROS / 2);
                     }
                 }
-                clock.advance_micros(SEC);
+                clock.advance_micros(TICK_MICROS);
             }
             let end = clock.now_micros();
             let admitted: f64 = models.into_iter().map(EnvoyModel::finish).sum();
@@ -160,4 +163,77 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// Two Envoys, each offered four times the rule's rate, on a new tenant of a 1 000/s rule:
+/// each reaches its fair share within one of Envoy's report intervals and keeps it, and over a
+/// minute they admit at least 95% of `B + L·t`, never more (`loadtest/rlqs.sh` measures the
+/// same with real Envoys).
+#[test]
+fn contended_shares_reach_their_fair_share_within_a_report_and_admit_95_percent() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let clock = ManualClock::at(1);
+        let store = MemoryStore::new(clock.clone());
+        let engine = Arc::new(Engine::new(
+            sluice_core::RuleSet::default(),
+            store,
+            Arc::new(clock.clone()),
+            EngineSettings::default(),
+            EngineMetrics::unregistered(),
+        ));
+        let rate = Rate::per_unit(1000, sluice_core::Unit::Second);
+        let entries = [Entry::new("tenant", "acme")];
+        let funds = Funds {
+            engine: Arc::clone(&engine),
+            payee: Payee::new(1, &entries, rate, sluice_core::config::Mode::Strict),
+            fallback: Fallback::Deny,
+            further: vec![],
+        };
+        let id: Arc<[Entry]> = entries.to_vec().into();
+        let start = clock.now_micros();
+        let mut shares: Vec<Share> = (0..2)
+            .map(|i| Share::new(Arc::clone(&id), "r".into(), funds.clone(), i, start))
+            .collect();
+        let mut models = [EnvoyModel::default(), EnvoyModel::default()];
+        let fair = 1000.0 * 0.99 / 2.0;
+        for i in 0..120 {
+            let now = clock.now_micros();
+            for (k, share) in shares.iter_mut().enumerate() {
+                if i % TICKS_PER_REPORT == 0 {
+                    let elapsed = if i == 0 { 0 } else { 5 };
+                    // Envoy admitted what it could and denied the rest of 4 000/s.
+                    let allowed = (share.assigned_rate() * 5.0) as u64;
+                    share.report(allowed, 20_000 - allowed, elapsed, now);
+                }
+                if let Step::Send(strategy, ttl) = share.next(now, 2).await {
+                    models[k].receive(strategy, ttl, now + super::super::MARGIN_MICROS / 2);
+                }
+                if now - start >= 5 * SEC {
+                    let r = share.assigned_rate();
+                    assert!(
+                        r >= 0.95 * fair && r <= 1.03 * fair,
+                        "Envoy {k} at {:.1} s: {r:.0}/s, fair {fair:.0}/s",
+                        (now - start) as f64 / 1e6
+                    );
+                }
+            }
+            clock.advance_micros(TICK_MICROS);
+        }
+        let end = clock.now_micros();
+        let admitted: f64 = models.iter().map(|m| m.admitted_by(end)).sum();
+        let bound = 1000.0 + 1000.0 * (end - start) as f64 / 1e6;
+        assert!(
+            admitted <= bound + 1e-6,
+            "{admitted:.0} > B + L·t = {bound:.0}"
+        );
+        assert!(
+            admitted >= 0.95 * bound,
+            "{admitted:.0} admitted: {:.1}% of B + L·t = {bound:.0}",
+            100.0 * admitted / bound
+        );
+    });
 }
