@@ -7,18 +7,22 @@
 //!   the store answers every sidecar's, and the share is their max-min fair split of
 //!   `CONTENDED` of the rule's rate with `HEADROOM` (what uncontended buckets leave is split among
 //!   them). Before Envoy reported a duration the stream claims the whole rate and takes the rate
-//!   over the sidecars sharing it. A share is kept while demand stays within 70–105% of it (grown
-//!   only while Envoy denies), since a changed strategy restarts Envoy's bucket full.
-//! - **Paid first**: the strategy's [`Quote`] is taken from the
-//!   pool, leasing the shortfall plus `LOOKAHEAD` seconds of the share in one store call, never
-//!   more than the stream's entitlement (its fair share per second, with `ENTITLEMENT_SLACK`).
-//!   What cannot be paid is not sent: the share Envoy holds is renewed (shorter if need be: a TTL
-//!   within what is paid costs nothing), else a share the pool pays for, else `DENY_ALL` until the
-//!   global bucket refills.
-//! - **Renewed every tick**: a new strategy is sent with the longest TTL up to `NEW_TTL` the
-//!   pool pays for (a full share at 2 s rather than a smaller one at 3 s), renewals grow it a
-//!   second at a time to `TTL`, so a stream that drops keeps Envoy enforcing a paid share until
-//!   Envoy reconnects (at its next report, 5 s in Envoy 1.40).
+//!   over the sidecars sharing it. A share is kept while its fair share stays within 70–105% of it
+//!   (98–102% while contended; grown only while Envoy denies), since a changed strategy restarts
+//!   Envoy's bucket full.
+//! - **Paid first**: the strategy's [`Quote`] is taken from the pool, in one store call a tick
+//!   at most: what the tick spends, and beyond it (a larger share, `LOOKAHEAD` seconds) only from
+//!   what the rule's bucket had left at the last lease (contended: only what the share falls
+//!   short of its fair one by), never more than the stream's entitlement (its fair share per
+//!   second, with `ENTITLEMENT_SLACK`). What cannot be paid is not sent: the share Envoy holds is
+//!   renewed (shorter if need be: a TTL within what is paid costs nothing), else the largest
+//!   share the pool pays for, else `DENY_ALL` until the global bucket refills.
+//! - **Renewed every tick** (`TICK`, 0.5 s). While the rule is contended (Envoy denies, or the
+//!   demand reported exceeds the rule) with a 1 s TTL (`CONTENDED_TTL`): what is paid ahead is
+//!   admitted by no one yet, and with 6 s of it two Envoys reached 87.8% of `B + L·t` from a cold
+//!   start. Otherwise a new strategy gets the longest TTL up to `NEW_TTL` the pool pays for and
+//!   renewals grow it a second at a time to `TTL`, so a stream that drops keeps Envoy enforcing
+//!   a paid share until Envoy reconnects (at its next report, 5 s in Envoy 1.40).
 //! - **Store down**: a paid assignment runs on until it would lapse; then the rule's fallback,
 //!   unpaid: `allow` → `ALLOW_ALL`, `deny` → `DENY_ALL`, `local_share` → a token bucket at the
 //!   rule's rate over the live sidecars.
