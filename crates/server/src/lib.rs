@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod assignments;
 pub mod authz;
+pub mod durations;
 pub mod headers;
 pub mod incoming;
 pub mod limits;

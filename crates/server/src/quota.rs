@@ -105,7 +105,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
         tracked: view.tracked,
         local_lease: view.local_lease,
         global_remaining: view.global_remaining.unwrap_or(0.0),
-        until_full: Some(prost_duration(view.until_full)),
+        until_full: Some(crate::durations::prost(view.until_full)),
         store: store.to_string(),
         ..pb::QuotaState::default()
     };
@@ -142,7 +142,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
 
 /// The JSON form of a quota state, as `/quota` and `sluice quota get -o json` print it.
 pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
-    let until_full = seconds(s.until_full.as_ref());
+    let until_full = crate::durations::seconds(s.until_full.as_ref());
     serde_json::json!({
         "matched": s.matched, "rule": s.rule, "reason": s.reason,
         "requests_per_unit": s.requests_per_unit, "unit": s.unit,
@@ -175,16 +175,6 @@ fn cursor_of(token: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-/// A duration from the API in seconds (0 when absent), as answers print it.
-pub fn seconds(d: Option<&prost_types::Duration>) -> f64 {
-    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
-}
-
-pub(crate) fn prost_duration(d: Duration) -> prost_types::Duration {
-    let (seconds, nanos) = crate::rls::pb_parts(d);
-    prost_types::Duration { seconds, nanos }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::QuotaState, Status>> + Send>>;
@@ -266,7 +256,7 @@ impl Quota for QuotaService {
         let entries = entries_of(&req.domain, &req.entries)?;
         let every = req
             .interval
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .map(|d| crate::durations::from_prost(&d))
             .filter(|d| !d.is_zero())
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(100), Duration::from_secs(3_600));

@@ -1,10 +1,9 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sluice_engine::{Code, Decision, DescriptorOutcome, RateLimitRequest};
-use sluice_proto::envoy::protobuf::Duration as PbDuration;
 use sluice_proto::envoy::ratelimit::rate_limit_response::{self, DescriptorStatus};
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitService;
 use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
@@ -113,7 +112,7 @@ fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
         code: code(o.code),
         current_limit: Some(current_limit(name, &limit.rate)),
         limit_remaining: u32::try_from(o.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(pb_duration(o.until_full)),
+        duration_until_reset: Some(crate::durations::envoy(o.until_full)),
         ..DescriptorStatus::default()
     }
 }
@@ -155,24 +154,6 @@ pub fn rate_in_envoy_units(rate: &sluice_core::bucket::Rate) -> (u64, sluice_cor
         .unwrap_or(rate.unit);
     let requests = u64::try_from(per(chosen) / period).unwrap_or(u64::MAX);
     (requests, chosen)
-}
-
-/// The longest duration a protobuf `Duration` may hold: 10 000 years, in seconds.
-pub const MAX_PB_DURATION_SECS: u64 = 315_576_000_000;
-
-/// A protobuf `Duration` (Envoy's own copy of the well-known type), capped at its valid range (a
-/// bucket of 4 billion tokens that refills once a year is full again in 4 billion years).
-pub fn pb_duration(d: Duration) -> PbDuration {
-    let (seconds, nanos) = pb_parts(d);
-    PbDuration { seconds, nanos }
-}
-
-/// Seconds and nanoseconds of `d` for a protobuf `Duration`, capped at its valid range.
-pub fn pb_parts(d: Duration) -> (i64, i32) {
-    if d.as_secs() >= MAX_PB_DURATION_SECS {
-        return (MAX_PB_DURATION_SECS as i64, 0);
-    }
-    (d.as_secs() as i64, d.subsec_nanos() as i32)
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use sluice_proto::sluice::v1::{ReportRequest, ReportResponse, ReportResult};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Api;
-use crate::quota::prost_duration;
 use crate::state::AppState;
 use crate::validate;
 
@@ -116,7 +115,7 @@ impl Usage for UsageService {
                     .unwrap_or_default(),
                 remaining: o.remaining,
                 debt: o.debt,
-                until_full: Some(prost_duration(o.until_full)),
+                until_full: Some(crate::durations::prost(o.until_full)),
             })
             .collect();
         self.state

@@ -146,7 +146,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         out(&format!("not limited: {}", s.reason));
         return;
     }
-    let until_full = sluice_server::quota::seconds(s.until_full.as_ref());
+    let until_full = sluice_server::durations::seconds(s.until_full.as_ref());
     let mut rows = vec![
         vec!["rule".to_string(), s.rule.clone()],
         vec!["matched because".into(), s.reason.clone()],
@@ -203,7 +203,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
     ]);
     // Further limits of the descriptor (`rate_limits`): each with its own remaining.
     for (i, more) in s.limits.iter().enumerate() {
-        let until_full = sluice_server::quota::seconds(more.until_full.as_ref());
+        let until_full = sluice_server::durations::seconds(more.until_full.as_ref());
         rows.push(vec![
             format!("limit {}", i + 2),
             format!(

@@ -26,7 +26,7 @@ pub async fn report(target: Target, descriptor: DescriptorArgs, tokens: u64) -> 
         .results
         .first()
         .ok_or_else(|| anyhow::anyhow!("the server answered no result"))?;
-    let until_full = sluice_server::quota::seconds(r.until_full.as_ref());
+    let until_full = sluice_server::durations::seconds(r.until_full.as_ref());
     if target.output == Output::Json {
         out(&json!({
             "matched": r.matched, "rule": r.rule, "remaining": r.remaining, "debt": r.debt,

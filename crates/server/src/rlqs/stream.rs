@@ -147,7 +147,7 @@ impl RlqsStream {
                     return Err(status);
                 }
             };
-            let elapsed = wire::seconds(usage.time_elapsed.as_ref());
+            let elapsed = crate::durations::whole_seconds(usage.time_elapsed.as_ref());
             let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
             let id = match self.slots.get_key_value(entries.as_slice()) {
                 Some((id, _)) => Arc::clone(id),

@@ -54,13 +54,17 @@ pub fn assign(entries: &[Entry], strategy: Strategy, ttl_secs: u32) -> BucketAct
             tokens_per_fill: Some(protobuf::UInt32Value {
                 value: tokens_per_fill,
             }),
-            fill_interval: Some(duration(Duration::from_secs(fill_interval_secs.into()))),
+            fill_interval: Some(crate::durations::envoy(Duration::from_secs(
+                fill_interval_secs.into(),
+            ))),
         }),
     };
     BucketAction {
         bucket_id: Some(bucket_id(entries)),
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-            assignment_time_to_live: Some(duration(Duration::from_secs(ttl_secs.into()))),
+            assignment_time_to_live: Some(crate::durations::envoy(Duration::from_secs(
+                ttl_secs.into(),
+            ))),
             rate_limit_strategy: Some(RateLimitStrategy {
                 strategy: Some(strategy),
             }),
@@ -73,17 +77,5 @@ pub fn abandon(entries: &[Entry]) -> BucketAction {
     BucketAction {
         bucket_id: Some(bucket_id(entries)),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-    }
-}
-
-/// The whole seconds of a report's `time_elapsed` (Envoy 1.40 sends whole seconds, 0 first).
-pub fn seconds(d: Option<&protobuf::Duration>) -> u64 {
-    d.map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
-}
-
-fn duration(d: Duration) -> protobuf::Duration {
-    protobuf::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: 0,
     }
 }
