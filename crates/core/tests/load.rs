@@ -1,10 +1,10 @@
 //! Loading configuration from files, directories and includes, as `sluice serve --config` does.
-//! The files live in a [`MemSource`]; one test reads a real directory through [`FsSource`].
+//! The files live in a [`MemReader`]; one test reads a real directory through [`FsReader`].
 
 use std::path::Path;
 
 use sluice_core::Entry;
-use sluice_core::config::{Config, ConfigError, MemSource, load_config, load_from};
+use sluice_core::config::{Config, ConfigError, MemReader, load_config, load_from};
 use sluice_core::rules::Match;
 
 const DOMAIN_A: &str =
@@ -21,13 +21,13 @@ fn knows(config: &Config, domain: &str) -> bool {
     )
 }
 
-fn load(source: &MemSource, path: &str) -> Result<Config, ConfigError> {
+fn load(source: &MemReader, path: &str) -> Result<Config, ConfigError> {
     load_from(source, Path::new(path))
 }
 
 #[test]
 fn a_directory_of_domain_files_loads_like_envoyproxy_ratelimit_runtime() {
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("conf/a.yaml", DOMAIN_A)
         .file("conf/b.yml", DOMAIN_B)
         .file("conf/notes.txt", "not yaml")
@@ -39,7 +39,7 @@ fn a_directory_of_domain_files_loads_like_envoyproxy_ratelimit_runtime() {
 
 #[test]
 fn include_globs_are_relative_to_the_config_file() {
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("etc/limits/a.yaml", DOMAIN_A)
         .file("etc/limits/b.yaml", DOMAIN_B)
         .file("etc/sluice.yaml", "include: [limits/*.yaml]\n");
@@ -60,7 +60,7 @@ fn include_globs_are_relative_to_the_config_file() {
 
 #[test]
 fn duplicate_domains_across_files_are_rejected() {
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("d/a.yaml", DOMAIN_A)
         .file("d/b.yaml", DOMAIN_A);
     let e = load(&source, "d").expect_err("duplicate");
@@ -73,7 +73,7 @@ fn duplicate_domains_across_files_are_rejected() {
 
 #[test]
 fn version_changes_with_content_only() {
-    let source = MemSource::new().file("d/a.yaml", DOMAIN_A);
+    let source = MemReader::new().file("d/a.yaml", DOMAIN_A);
     let v1 = load(&source, "d").expect("loads").version;
     assert_eq!(load(&source, "d").expect("loads").version, v1);
     let changed = source.file("d/a.yaml", DOMAIN_A.replace("1}", "3}"));
@@ -82,7 +82,7 @@ fn version_changes_with_content_only() {
 
 #[test]
 fn bad_files_are_errors_not_silent_passes() {
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("empty.yaml", "")
         .file("two.yaml", format!("{DOMAIN_A}---\n{DOMAIN_B}"))
         .file("typo.yaml", "domians: []\n");

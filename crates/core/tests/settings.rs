@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sluice_core::config::{ConfigError, MAX_DURATION, MemSource, load_from, parse_config};
+use sluice_core::config::{ConfigError, MAX_DURATION, MemReader, load_from, parse_config};
 
 fn error(text: &str) -> ConfigError {
     parse_config(text).expect_err(text)
@@ -139,7 +139,7 @@ fn admin_and_tls_errors_name_their_line() {
 fn secrets_are_read_through_the_source() {
     let pem = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
     let config = "admin:\n  allow_reset: true\n  reset_token_env: TOKEN\ntls:\n  cert_file: c.pem\n  key_file: k.pem\n";
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("etc/sluice.yaml", config)
         .file("etc/c.pem", pem)
         .file("etc/k.pem", pem)

@@ -27,8 +27,8 @@ pub struct EngineSettings {
     pub cold_lease_ttl: Duration,
 }
 
-impl From<&sluice_core::config::EngineSettings> for EngineSettings {
-    fn from(c: &sluice_core::config::EngineSettings) -> Self {
+impl From<&sluice_core::config::EngineConfig> for EngineSettings {
+    fn from(c: &sluice_core::config::EngineConfig) -> Self {
         Self {
             max_keys: c.max_keys,
             idle_timeout: c.idle_timeout.0,
@@ -42,7 +42,7 @@ impl From<&sluice_core::config::EngineSettings> for EngineSettings {
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        (&sluice_core::config::EngineSettings::default()).into()
+        (&sluice_core::config::EngineConfig::default()).into()
     }
 }
 

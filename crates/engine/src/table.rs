@@ -59,24 +59,24 @@ impl Return {
 /// key lives in the bucket, so a table slot is one pointer: at a million keys the table's own
 /// slots cost ~19 bytes per key instead of ~52 with a separate key and value).
 #[derive(Debug, Clone)]
-struct Tracked(Arc<LeaseBucket>);
+struct Held(Arc<LeaseBucket>);
 
-impl Hash for Tracked {
+impl Hash for Held {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Exactly as `[u8]` hashes, so lookups by borrowed bytes find it.
         self.0.key.as_bytes().hash(state);
     }
 }
 
-impl PartialEq for Tracked {
+impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
         self.0.key == other.0.key
     }
 }
 
-impl Eq for Tracked {}
+impl Eq for Held {}
 
-impl Borrow<[u8]> for Tracked {
+impl Borrow<[u8]> for Held {
     fn borrow(&self) -> &[u8] {
         self.0.key.as_bytes()
     }
@@ -86,7 +86,7 @@ impl Borrow<[u8]> for Tracked {
 pub(crate) struct BucketTable {
     /// The tracked buckets, by key. `Arc`s let a decision drop the map's shard lock before
     /// taking the bucket's own lock, so no map lock is ever held while another is taken.
-    map: DashMap<Tracked, (), foldhash::fast::RandomState>,
+    map: DashMap<Held, (), foldhash::fast::RandomState>,
     max_keys: usize,
     /// Keys per rule, so one rule's local buckets cannot take every other rule's room.
     room: Room,
@@ -150,7 +150,7 @@ impl BucketTable {
             return Slot::NoRoom(fresh());
         }
         // Another request may have added the key meanwhile: its bucket wins.
-        let bucket = match self.map.entry(Tracked(fresh())) {
+        let bucket = match self.map.entry(Held(fresh())) {
             dashmap::Entry::Occupied(o) => Arc::clone(&o.key().0),
             dashmap::Entry::Vacant(v) => {
                 let bucket = Arc::clone(&v.insert_entry(()).key().0);
@@ -180,8 +180,7 @@ impl BucketTable {
 
     /// Forgets a key (an operator reset).
     pub(crate) fn remove(&self, identity: u64, entries: &[Entry]) {
-        if let Some((Tracked(b), ())) = key::with_encoded(identity, entries, |k| self.map.remove(k))
-        {
+        if let Some((Held(b), ())) = key::with_encoded(identity, entries, |k| self.map.remove(k)) {
             self.room.removed(b.identity, 1);
         }
         self.metrics.tracked_keys.set(self.map.len() as i64);
@@ -244,7 +243,7 @@ impl BucketTable {
         let (_, cutoff, _) = resting.select_nth_unstable(evict - 1);
         let cutoff = *cutoff;
         let mut removed = Removed::default();
-        self.map.retain(|Tracked(bucket), ()| {
+        self.map.retain(|Held(bucket), ()| {
             let keep =
                 bucket.last_used() > cutoff || bucket.last_used() >= now || !bucket.at_rest(now);
             if !keep {
@@ -271,7 +270,7 @@ impl BucketTable {
     fn take_room_from(&self, hog: u64, now: u64, returns: &mut Vec<Return>) -> bool {
         let mut left = self.room.to_take(hog);
         let before = left;
-        self.map.retain(|Tracked(bucket), ()| {
+        self.map.retain(|Held(bucket), ()| {
             // A key used at this very instant may be part of a request being decided.
             if left == 0 || bucket.identity != hog || bucket.last_used() >= now {
                 return true;
@@ -308,7 +307,7 @@ impl BucketTable {
         let mut returns = Vec::new();
         let mut removed = Removed::default();
         let before = self.map.len();
-        self.map.retain(|Tracked(bucket), ()| {
+        self.map.retain(|Held(bucket), ()| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             let mut state = bucket.lock();
             // A cold lease (the key far from its limit) is kept longer: its tokens are wanted

@@ -164,10 +164,10 @@ async fn watch_quota_streams_snapshots_and_list_rules_shows_the_config() {
 /// (listing tracked keys shows their descriptor values, API keys included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_token_guards_quota_reads() {
-    use sluice_core::config::{MemSource, load_from};
+    use sluice_core::config::{MemReader, load_from};
     let server = TestServer::start(CONFIG).await;
     let yaml = format!("{CONFIG}admin:\n  read_token_env: READ\n");
-    let source = MemSource::new()
+    let source = MemReader::new()
         .file("sluice.yaml", yaml)
         .var("READ", "read-token-0123456789");
     let config = load_from(&source, std::path::Path::new("sluice.yaml")).expect("config");

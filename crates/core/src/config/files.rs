@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
 
-use super::source::Source;
+use super::reader::ConfigReader;
 use crate::error::ConfigError;
 
 /// The files a path stands for: itself, or the `*.yaml`/`*.yml` files of a directory, sorted.
 pub(super) fn top_level_files(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     path: &Path,
 ) -> Result<Vec<PathBuf>, ConfigError> {
     if !source.is_dir(path) {
@@ -43,7 +43,7 @@ fn is_yaml(p: &Path) -> bool {
 }
 
 pub(super) fn expand_include(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     config: &Path,
     base: &Path,
     pattern: &Spanned<String>,

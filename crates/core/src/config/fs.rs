@@ -1,16 +1,16 @@
 //! The edge: the real file system and environment. The only file of `sluice-core` that reads
-//! either; everything else parses and validates what a [`Source`] hands it.
+//! either; everything else parses and validates what a [`ConfigReader`] hands it.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::source::Source;
+use super::reader::ConfigReader;
 
 /// The process's file system and environment.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FsSource;
+pub struct FsReader;
 
-impl Source for FsSource {
+impl ConfigReader for FsReader {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
     }

@@ -4,8 +4,8 @@
 //! any other file is a sluice config file. Everything is validated before anything is returned,
 //! so a caller either gets a complete [`Config`] or the first error with its file and line.
 //!
-//! Loading is a function of what a [`Source`] hands it: [`load_config`] reads the file system
-//! (through [`FsSource`], the edge), [`parse_config`] a string, [`load_from`] anything else.
+//! Loading is a function of what a [`ConfigReader`] hands it: [`load_config`] reads the file system
+//! (through [`FsReader`], the edge), [`parse_config`] a string, [`load_from`] anything else.
 //!
 //! Which files a path and its `include:` globs stand for is `files.rs`; turning YAML text into
 //! the model, `yaml.rs`; the checks of `redis:`, `redis.rs` (all in `config/`).
@@ -19,18 +19,18 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_saphyr::Spanned;
 
 use super::files::{expand_include, top_level_files};
-use super::fs::FsSource;
+use super::fs::FsReader;
+use super::reader::{ConfigReader, MemReader};
 use super::redis::validate_redis;
 use super::secrets::{self, At};
 pub use super::secrets::{ResetToken, TlsMaterial};
-use super::source::{MemSource, Source};
 use super::yaml::parse_yaml;
 use crate::authz::{AuthzPlan, ValueMap};
 use crate::error::ConfigError;
 use crate::hash::{FNV_OFFSET, fnv1a};
 use crate::rules::RuleSet;
 use crate::schema::{
-    ConfigFile, DomainFile, EngineSettings, MapConfig, RedisSettings, ResponseSettings,
+    ConfigFile, DomainFile, EngineConfig, MapConfig, RedisSettings, ResponseSettings,
 };
 
 /// A loaded, validated configuration.
@@ -41,7 +41,7 @@ pub struct Config {
     /// How ext_authz requests become descriptors, if configured.
     pub authz: Option<AuthzPlan>,
     /// Engine tuning.
-    pub engine: EngineSettings,
+    pub engine: EngineConfig,
     /// Response options.
     pub response: ResponseSettings,
     /// The global store, if not the embedded one.
@@ -78,7 +78,7 @@ pub const INLINE_CONFIG: &str = "config.yaml";
 /// nothing to include or read besides it; errors name [`INLINE_CONFIG`]).
 pub fn parse_config(text: &str) -> Result<Config, ConfigError> {
     load_from(
-        &MemSource::new().file(INLINE_CONFIG, text),
+        &MemReader::new().file(INLINE_CONFIG, text),
         Path::new(INLINE_CONFIG),
     )
 }
@@ -86,11 +86,11 @@ pub fn parse_config(text: &str) -> Result<Config, ConfigError> {
 /// Loads and validates the configuration at `path` (a sluice config file, a domain file, or a
 /// directory of either) from the file system.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    load_from(&FsSource, path)
+    load_from(&FsReader, path)
 }
 
 /// Loads and validates the configuration at `path` from `source`.
-pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError> {
+pub fn load_from(source: &dyn ConfigReader, path: &Path) -> Result<Config, ConfigError> {
     let mut reader = Reader::new(source);
     let mut sluice_file: Option<(PathBuf, ConfigFile)> = None;
     let mut domains: Vec<(PathBuf, DomainFile)> = Vec::new();
@@ -207,7 +207,7 @@ pub fn load_from(source: &dyn Source, path: &Path) -> Result<Config, ConfigError
 /// The settings part of a config, defaulted for a bare domain file or directory.
 #[derive(Default)]
 struct Settings {
-    engine: EngineSettings,
+    engine: EngineConfig,
     response: ResponseSettings,
     redis: Option<RedisSettings>,
     shadow_mode: bool,
@@ -256,14 +256,14 @@ enum AnyFile {
 
 /// Reads files, remembering each one's path and content for the config version.
 struct Reader<'s> {
-    source: &'s dyn Source,
+    source: &'s dyn ConfigReader,
     files: Vec<PathBuf>,
     /// FNV-1a 64 over every (path, content) read, in order.
     hash: u64,
 }
 
 impl<'s> Reader<'s> {
-    fn new(source: &'s dyn Source) -> Self {
+    fn new(source: &'s dyn ConfigReader) -> Self {
         Self {
             source,
             files: Vec::new(),

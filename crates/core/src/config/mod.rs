@@ -1,6 +1,6 @@
 //! The configuration: how files are found and read, and the validated [`Config`] they make.
 //!
-//! This module assembles the others: it reads files through a [`Source`], parses them into the
+//! This module assembles the others: it reads files through a [`ConfigReader`], parses them into the
 //! [`schema`](crate::schema) (re-exported here as [`model`]), compiles the rules
 //! ([`crate::rules`]) and the authz plan ([`crate::authz`]), and reports a [`ConfigError`]
 //! (defined in `error.rs`, re-exported here). Nothing below it imports it.
@@ -9,9 +9,9 @@
 //! - [`model`]: the serde model of both file kinds (sluice config and envoyproxy/ratelimit
 //!   domain files): [`crate::schema`].
 //! - [`duration`]: human-readable durations (`100ms`, `1s`, `10m`): `schema::duration`.
-//! - [`source`]: the [`Source`] of files and environment variables the loader reads from, and
-//!   [`MemSource`] for configs held in memory.
-//! - [`fs`]: [`FsSource`], the real file system and environment: the only I/O in this crate
+//! - [`source`]: the [`ConfigReader`] of files and environment variables the loader reads from, and
+//!   [`MemReader`] for configs held in memory.
+//! - [`fs`]: [`FsReader`], the real file system and environment: the only I/O in this crate
 //!   besides the system clock.
 //! - [`secrets`]: TLS material and the reset token, read at load time and never printed.
 //! - [`load`]: a file or directory, `include:` globs and `maps:` files into a validated
@@ -23,17 +23,17 @@
 mod files;
 pub mod fs;
 pub mod load;
+pub mod reader;
 mod redis;
 pub mod secrets;
-pub mod source;
 mod yaml;
 
 pub use crate::error::ConfigError;
 pub use crate::schema as model;
 pub use crate::schema::duration::{self, HumanDuration, MAX_DURATION};
 pub use crate::schema::{
-    ChargeMode, EngineSettings, Fallback, LimitOverrides, Mode, RedisSettings, ResponseSettings,
+    ChargeMode, EngineConfig, Fallback, LimitOverrides, Mode, RedisSettings, ResponseSettings,
 };
-pub use fs::FsSource;
+pub use fs::FsReader;
 pub use load::{Config, load_config, load_from, parse_config};
-pub use source::{MemSource, Source};
+pub use reader::{ConfigReader, MemReader};

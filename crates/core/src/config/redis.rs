@@ -1,8 +1,8 @@
 //! The checks of `redis:` that look across its fields or at the environment (each field checks
 //! itself where it is written; the Redis client's own URL parser runs at the edge).
 
+use super::reader::ConfigReader;
 use super::secrets::At;
-use super::source::Source;
 use crate::error::ConfigError;
 use crate::schema::RedisSettings;
 
@@ -10,7 +10,7 @@ use crate::schema::RedisSettings;
 /// client parses the rest at the edge: [`Config::redis_error`](super::load::Config::redis_error)),
 /// and a set `password_env`.
 pub(super) fn validate_redis(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     redis: &RedisSettings,
 ) -> Result<(), ConfigError> {

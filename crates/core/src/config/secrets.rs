@@ -1,9 +1,9 @@
-//! Secrets and certificates a config names: read through the [`Source`] at load time, never
+//! Secrets and certificates a config names: read through the [`ConfigReader`] at load time, never
 //! printed.
 
 use std::path::Path;
 
-use super::source::Source;
+use super::reader::ConfigReader;
 use crate::error::ConfigError;
 use crate::schema::{AdminConfig, TlsConfig};
 
@@ -42,7 +42,7 @@ impl At<'_> {
 
 /// Reads a PEM file named by `field`; it must exist and look like PEM.
 pub(crate) fn pem(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     field: &str,
     file: &str,
@@ -58,7 +58,7 @@ pub(crate) fn pem(
 
 /// Reads the `tls:` files.
 pub(crate) fn tls_material(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     tls: &TlsConfig,
 ) -> Result<TlsMaterial, ConfigError> {
@@ -102,7 +102,7 @@ impl std::fmt::Debug for ResetToken {
 /// The reset token when `admin.allow_reset` is on: from exactly one of an environment variable or a
 /// file, at least 16 characters.
 pub(crate) fn reset_token(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     admin: &AdminConfig,
 ) -> Result<Option<ResetToken>, ConfigError> {
@@ -120,7 +120,7 @@ pub(crate) fn reset_token(
 
 /// The read token, if `admin.read_token_env` or `read_token_file` names one.
 pub(crate) fn read_token(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     admin: &AdminConfig,
 ) -> Result<Option<ResetToken>, ConfigError> {
@@ -136,7 +136,7 @@ pub(crate) fn read_token(
 /// A bearer token `<what>_env` / `<what>_file` names: exactly one of them, at least 16
 /// characters; `None` if neither is set.
 fn token(
-    source: &dyn Source,
+    source: &dyn ConfigReader,
     at: At<'_>,
     what: &str,
     env: &Option<String>,

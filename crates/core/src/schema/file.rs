@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 use super::authz::{AuthzConfig, MapConfig};
 use super::domain::DomainFile;
 use super::modes::LimitOverrides;
-use super::settings::{EngineSettings, RedisSettings, ResponseSettings};
+use super::settings::{EngineConfig, RedisSettings, ResponseSettings};
 
 /// sluice's own config file (the file given to `sluice serve --config`).
 #[derive(Debug, Deserialize)]
@@ -28,7 +28,7 @@ pub struct ConfigFile {
     pub maps: BTreeMap<String, Spanned<MapConfig>>,
     /// Engine tuning: key bounds and lease sizing (every field checks itself where written).
     #[serde(default)]
-    pub engine: EngineSettings,
+    pub engine: EngineConfig,
     /// What responses carry besides the decision.
     #[serde(default)]
     pub response: ResponseSettings,

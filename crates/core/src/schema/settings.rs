@@ -86,7 +86,7 @@ fn default_heartbeat_interval() -> HumanDuration {
 /// `engine:` tuning.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct EngineSettings {
+pub struct EngineConfig {
     /// Most keys tracked at once (at least 1); keys at rest are evicted when it is reached.
     #[serde(deserialize_with = "max_keys")]
     pub max_keys: usize,
@@ -104,7 +104,7 @@ pub struct EngineSettings {
     pub cold_lease_ttl: HumanDuration,
 }
 
-impl Default for EngineSettings {
+impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             max_keys: 1_000_000,

@@ -13,12 +13,12 @@
 //!
 //! - [`stream`]: the per-stream loop, matching, bounds on bucket ids, abandoning idle buckets,
 //!   returning pools.
-//! - `tracked`: what a stream holds per bucket id (a share, or a free bucket) and the rules
+//! - `bucket`: what a stream holds per bucket id (a share, or a free bucket) and the rules
 //!   about it.
 //! - [`wire`]: proto conversions.
 
+mod bucket;
 pub mod stream;
-mod tracked;
 pub mod wire;
 
 use std::pin::Pin;

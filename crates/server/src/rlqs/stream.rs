@@ -22,8 +22,9 @@ use sluice_proto::envoy::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageRepor
 use tokio::sync::mpsc::Sender;
 use tonic::{Status, Streaming};
 
-use super::tracked::{
-    Slot, Tracked, enforced, entries_of, free, id_bytes, pairs, reported, retire, same_limit,
+use super::bucket::{
+    BucketKind, StreamBucket, enforced, entries_of, free, id_bytes, pairs, reported, retire,
+    same_limit,
 };
 use super::wire;
 use crate::assignments::{BucketView, StreamView};
@@ -107,7 +108,7 @@ struct RlqsStream {
     /// The rules the buckets were matched with.
     rules: Arc<RuleSet>,
     /// By bucket id, entries sorted by key (the one copy of each id the stream holds).
-    slots: HashMap<Arc<[Entry]>, Slot>,
+    slots: HashMap<Arc<[Entry]>, StreamBucket>,
     /// Bytes of the bucket ids in `slots` (bounded by [`MAX_ID_BYTES`]).
     id_bytes: usize,
 }
@@ -193,9 +194,9 @@ impl RlqsStream {
         m.reported
             .with_label_values(&[&slot.rule, "denied"])
             .inc_by(denied);
-        match &mut slot.tracked {
-            Tracked::Limited(b) => b.report(allowed, denied, elapsed, now),
-            Tracked::Free(f) => {
+        match &mut slot.kind {
+            BucketKind::Limited(b) => b.report(allowed, denied, elapsed, now),
+            BucketKind::Free(f) => {
                 f.reported.add(allowed, denied, now);
             }
         }
@@ -203,7 +204,7 @@ impl RlqsStream {
 
     /// Starts tracking a bucket id (entries sorted by key) under the current rules: its share
     /// is paid through the engine, from the rule's bucket and its descriptor's further limits.
-    fn track(&self, id: Arc<[Entry]>, now: u64) -> Slot {
+    fn track(&self, id: Arc<[Entry]>, now: u64) -> StreamBucket {
         let domain = self.domain.as_deref().unwrap_or_default();
         let shadow = self.state.runtime.load().shadow_mode;
         let (tracked, rule) = match self.rules.match_bucket_id(domain, &id) {
@@ -223,15 +224,15 @@ impl RlqsStream {
                         further,
                     };
                     let b = Share::new(id, rule.label.clone(), funds, self.id, now);
-                    (Tracked::Limited(Box::new(b)), rule.label.clone())
+                    (BucketKind::Limited(Box::new(b)), rule.label.clone())
                 }
                 None => (free(id, now), rule.label.clone()),
             },
             BucketMatch::NoRule | BucketMatch::UnknownDomain => (free(id, now), String::new()),
         };
         self.state.metrics.rlqs.bucket(&rule, 1);
-        Slot {
-            tracked,
+        StreamBucket {
+            kind: tracked,
             rule,
             gauged: 0.0,
         }
@@ -249,21 +250,17 @@ impl RlqsStream {
         let idle = u64::try_from(ABANDON_AFTER.as_micros()).unwrap_or(u64::MAX);
         let mut gone = Vec::new();
         for (id, slot) in &mut self.slots {
-            let last_traffic = reported(&slot.tracked).last_traffic;
+            let last_traffic = reported(&slot.kind).last_traffic;
             let stale = reloaded && {
                 let domain = self.domain.as_deref().unwrap_or_default();
-                !same_limit(
-                    &slot.tracked,
-                    self.rules.match_bucket_id(domain, id),
-                    shadow,
-                )
+                !same_limit(&slot.kind, self.rules.match_bucket_id(domain, id), shadow)
             };
             if stale || now.saturating_sub(last_traffic) > idle {
                 gone.push(id.clone());
                 continue;
             }
-            let step = match &mut slot.tracked {
-                Tracked::Limited(b) => {
+            let step = match &mut slot.kind {
+                BucketKind::Limited(b) => {
                     let step = b.next(now, instances).await;
                     if b.no_room {
                         self.state
@@ -275,15 +272,15 @@ impl RlqsStream {
                     }
                     step
                 }
-                Tracked::Free(f) => f.next(now),
+                BucketKind::Free(f) => f.next(now),
             };
             if let Step::Send(strategy, ttl) = step {
-                actions.push(wire::assign(entries_of(&slot.tracked), strategy, ttl));
+                actions.push(wire::assign(entries_of(&slot.kind), strategy, ttl));
                 self.state.metrics.rlqs.sent(Some(strategy));
             }
-            let rate = match &slot.tracked {
-                Tracked::Limited(b) => b.assigned_rate(),
-                Tracked::Free(_) => 0.0,
+            let rate = match &slot.kind {
+                BucketKind::Limited(b) => b.assigned_rate(),
+                BucketKind::Free(_) => 0.0,
             };
             if rate != slot.gauged {
                 self.state
@@ -298,7 +295,7 @@ impl RlqsStream {
         for id in gone {
             if let Some(slot) = self.slots.remove(&id) {
                 self.id_bytes -= id_bytes(&id);
-                actions.push(wire::abandon(entries_of(&slot.tracked)));
+                actions.push(wire::abandon(entries_of(&slot.kind)));
                 self.state.metrics.rlqs.sent(None);
                 retire(&self.state.metrics.rlqs, slot, |b| b.abandon(now)).await;
             }
@@ -319,8 +316,8 @@ impl RlqsStream {
         let mut buckets: Vec<BucketView> = self
             .slots
             .values()
-            .map(|slot| match &slot.tracked {
-                Tracked::Limited(b) => BucketView {
+            .map(|slot| match &slot.kind {
+                BucketKind::Limited(b) => BucketView {
                     rule: slot.rule.clone(),
                     entries: pairs(&b.entries),
                     strategy: b.strategy(),
@@ -330,7 +327,7 @@ impl RlqsStream {
                     denied: b.reported.denied,
                     unpaid: b.unpaid,
                 },
-                Tracked::Free(f) => BucketView {
+                BucketKind::Free(f) => BucketView {
                     rule: slot.rule.clone(),
                     entries: pairs(&f.entries),
                     strategy: f.sent_at.map(|_| Strategy::AllowAll),

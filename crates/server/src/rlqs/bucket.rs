@@ -14,7 +14,7 @@ use sluice_engine::key::{key_value, store_key};
 use crate::metrics::rlqs::RlqsMetrics;
 
 /// A bucket the stream tracks.
-pub(super) enum Tracked {
+pub(super) enum BucketKind {
     /// Matched a limited rule.
     Limited(Box<Share>),
     /// No limit applies: kept at `ALLOW_ALL`.
@@ -27,8 +27,8 @@ pub(super) struct Free {
     pub(super) reported: Reported,
 }
 
-pub(super) struct Slot {
-    pub(super) tracked: Tracked,
+pub(super) struct StreamBucket {
+    pub(super) kind: BucketKind,
     pub(super) rule: String,
     /// Tokens per second last added to the assigned-rate gauge.
     pub(super) gauged: f64,
@@ -47,25 +47,25 @@ impl Free {
     }
 }
 
-pub(super) fn free(entries: Arc<[Entry]>, now: u64) -> Tracked {
-    Tracked::Free(Free {
+pub(super) fn free(entries: Arc<[Entry]>, now: u64) -> BucketKind {
+    BucketKind::Free(Free {
         entries,
         sent_at: None,
         reported: Reported::new(now),
     })
 }
 
-pub(super) fn reported(t: &Tracked) -> &Reported {
+pub(super) fn reported(t: &BucketKind) -> &Reported {
     match t {
-        Tracked::Limited(b) => &b.reported,
-        Tracked::Free(f) => &f.reported,
+        BucketKind::Limited(b) => &b.reported,
+        BucketKind::Free(f) => &f.reported,
     }
 }
 
-pub(super) fn entries_of(t: &Tracked) -> &[Entry] {
+pub(super) fn entries_of(t: &BucketKind) -> &[Entry] {
     match t {
-        Tracked::Limited(b) => &b.entries,
-        Tracked::Free(f) => &f.entries,
+        BucketKind::Limited(b) => &b.entries,
+        BucketKind::Free(f) => &f.entries,
     }
 }
 
@@ -96,21 +96,25 @@ pub(super) fn enforced(rule: &Rule, shadow: bool) -> Option<(Rate, Mode, Fallbac
 }
 
 /// Whether a bucket still maps to the limit (store key) it was paid under, or still to none.
-pub(super) fn same_limit(tracked: &Tracked, now: BucketMatch<'_>, shadow: bool) -> bool {
+pub(super) fn same_limit(tracked: &BucketKind, now: BucketMatch<'_>, shadow: bool) -> bool {
     match (tracked, now) {
-        (Tracked::Limited(b), BucketMatch::Rule(rule, ordered)) => {
+        (BucketKind::Limited(b), BucketMatch::Rule(rule, ordered)) => {
             enforced(rule, shadow).is_some() && b.key() == store_key(rule.fingerprint, &ordered)
         }
-        (Tracked::Free(_), BucketMatch::Rule(rule, _)) => enforced(rule, shadow).is_none(),
-        (Tracked::Free(_), _) => true,
-        (Tracked::Limited(_), _) => false,
+        (BucketKind::Free(_), BucketMatch::Rule(rule, _)) => enforced(rule, shadow).is_none(),
+        (BucketKind::Free(_), _) => true,
+        (BucketKind::Limited(_), _) => false,
     }
 }
 
 /// Stops tracking a slot: the tokens `back` says the store may take again are returned, the
 /// stream's demand is withdrawn, and the slot leaves the metrics.
-pub(super) async fn retire(m: &RlqsMetrics, mut slot: Slot, back: impl FnOnce(&mut Share) -> u64) {
-    if let Tracked::Limited(b) = &mut slot.tracked {
+pub(super) async fn retire(
+    m: &RlqsMetrics,
+    mut slot: StreamBucket,
+    back: impl FnOnce(&mut Share) -> u64,
+) {
+    if let BucketKind::Limited(b) = &mut slot.kind {
         let tokens = back(b);
         b.funds().release(tokens).await;
         b.withdraw().await;

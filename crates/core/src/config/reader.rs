@@ -1,6 +1,6 @@
 //! Where configuration comes from: files and environment variables, behind one trait, so the
-//! loader is a pure function of what it reads. [`FsSource`](super::fs::FsSource) reads the real
-//! file system at the edge; [`MemSource`] holds files in memory (tests, `parse_config`).
+//! loader is a pure function of what it reads. [`FsReader`](super::fs::FsReader) reads the real
+//! file system at the edge; [`MemReader`] holds files in memory (tests, `parse_config`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// What the loader may read. Paths are as the config names them, joined to the directory of the
 /// file that names them.
-pub trait Source {
+pub trait ConfigReader {
     /// A file's bytes.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Whether `path` is a directory.
@@ -29,12 +29,12 @@ pub trait Source {
 
 /// Files and environment variables held in memory.
 #[derive(Debug, Clone, Default)]
-pub struct MemSource {
+pub struct MemReader {
     files: BTreeMap<PathBuf, Vec<u8>>,
     env: BTreeMap<String, String>,
 }
 
-impl MemSource {
+impl MemReader {
     /// An empty source.
     pub fn new() -> Self {
         Self::default()
@@ -53,7 +53,7 @@ impl MemSource {
     }
 }
 
-impl Source for MemSource {
+impl ConfigReader for MemReader {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         self.files
             .get(path)
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn lists_globs_and_reads_like_a_file_system() {
-        let s = MemSource::new()
+        let s = MemReader::new()
             .file("c/a.yaml", "a")
             .file("c/sub/b.yaml", "b")
             .file("c/x.txt", "x");
