@@ -3,8 +3,8 @@
 //! Envoy's `envoy.filters.http.rate_limit_quota` filter decides every request itself, in token
 //! buckets sluice assigns, and streams usage reports back. Each stream is one task
 //! ([`stream::run`]): reports come in (every 5 s in Envoy 1.40, and at once for a new bucket),
-//! and every second, or at once for a bucket seen for the first time, each bucket's next
-//! assignment is decided and paid by the engine ([`Share::next`](sluice_engine::assignment::Share),
+//! and every half second (`assignment::TICK`), or at once for a bucket seen for the first time,
+//! each bucket's next assignment is decided and paid by the engine ([`Share::next`](sluice_engine::assignment::Share),
 //! `crates/engine/src/assignment/`): every token through the engine's door for RLQS (the same
 //! global buckets, key table, local buckets and store deadline as RLS and ext_authz). A bucket id
 //! maps to the rule whose descriptor uses its keys (`RuleSet::match_bucket_id`), with the store
@@ -15,7 +15,7 @@
 //!   returning pools.
 //! - `bucket`: what a stream holds per bucket id (a share, or a free bucket) and the rules
 //!   about it.
-//! - [`wire`]: proto conversions.
+//! - [`wire`]: proto conversions (durations: `crate::durations`).
 
 mod bucket;
 pub mod stream;
