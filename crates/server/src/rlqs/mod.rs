@@ -4,8 +4,9 @@
 //! buckets sluice assigns, and streams usage reports back. Each stream is one task
 //! ([`stream::run`]): reports come in (every 5 s in Envoy 1.40, and at once for a new bucket),
 //! and every half second (`assignment::TICK`), or at once for a bucket seen for the first time,
-//! each bucket's next assignment is decided and paid by the engine ([`Share::next`](sluice_engine::assignment::Share),
-//! `crates/engine/src/assignment/`): every token through the engine's door for RLQS (the same
+//! each bucket's next assignment is decided and paid by the engine
+//! ([`Share::next`](sluice_engine::assignment::Share), `crates/engine/src/assignment/`): every
+//! token through the engine's door for RLQS (the same
 //! global buckets, key table, local buckets and store deadline as RLS and ext_authz). A bucket id
 //! maps to the rule whose descriptor uses its keys (`RuleSet::match_bucket_id`), with the store
 //! key RLS and ext_authz charge: one limit, whichever API enforces it. This module keeps the
