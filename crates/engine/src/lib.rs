@@ -38,6 +38,8 @@ pub mod quota;
 mod room;
 pub mod store;
 mod table;
+#[cfg(test)]
+mod testing;
 
 pub use decision::{
     Code, Decision, Denial, DescriptorOutcome, EngineSettings, LimitInfo, RateLimitRequest,

@@ -1,7 +1,8 @@
 use super::*;
 use crate::key;
 use crate::memory::MemoryStore;
-use crate::store::{LeaseGrant, StoreError, StoreFuture};
+use crate::store::{LeaseGrant, StoreFuture};
+use crate::testing::{Mode, Switched};
 use sluice_core::Descriptor;
 use sluice_core::ManualClock;
 use sluice_core::bucket::Rate;
@@ -383,7 +384,7 @@ async fn max_keys_bounds_memory() {
 async fn fallbacks_apply_while_the_store_is_down() {
     let clock = ManualClock::at(1);
     let e = engine_on(
-        Outage::new(&clock, true, 2),
+        Switched::new(&clock, Mode::Down, 2),
         &clock,
         EngineSettings::default(),
     );
@@ -409,81 +410,6 @@ async fn fallbacks_apply_while_the_store_is_down() {
     );
 }
 
-/// The in-memory store (real) behind a switch: while `down`, every call fails as an unreachable
-/// Redis would. It reports `instances` live sidecars (for `local_share`).
-struct Outage {
-    inner: Arc<MemoryStore<ManualClock>>,
-    down: std::sync::atomic::AtomicBool,
-    instances: u64,
-}
-
-impl Outage {
-    fn new(clock: &ManualClock, down: bool, instances: u64) -> Arc<Self> {
-        Arc::new(Self {
-            inner: MemoryStore::new(clock.clone()),
-            down: down.into(),
-            instances,
-        })
-    }
-    fn is_down(&self) -> bool {
-        self.down.load(std::sync::atomic::Ordering::SeqCst)
-    }
-    fn set_down(&self, down: bool) {
-        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
-    }
-    /// `call` on the in-memory store, or a refusal while down (the store is not touched: the
-    /// in-memory store's calls act when made, not when awaited).
-    fn call<'a, T: Send + 'a>(
-        &'a self,
-        call: impl FnOnce(&'a MemoryStore<ManualClock>) -> StoreFuture<'a, T>,
-    ) -> StoreFuture<'a, T> {
-        if self.is_down() {
-            Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
-        } else {
-            call(&self.inner)
-        }
-    }
-}
-
-impl GlobalStore for Outage {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.call(|s| s.lease(key, rate, want))
-    }
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        max_debt: u64,
-    ) -> StoreFuture<'a, LeaseGrant> {
-        self.call(|s| s.charge(key, rate, tokens, max_debt))
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        window: u64,
-    ) -> StoreFuture<'a, ()> {
-        self.call(|s| s.release(key, rate, tokens, window))
-    }
-    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        self.call(|s| s.peek(key, rate))
-    }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.call(|s| s.reset(key))
-    }
-    fn name(&self) -> &'static str {
-        "outage"
-    }
-    fn degraded(&self) -> bool {
-        self.is_down()
-    }
-    fn live_instances(&self) -> u64 {
-        self.instances
-    }
-}
-
 /// Across an outage a key stays within `B + L·t`: the fallback's bucket starts empty at each
 /// grant (the global one held the burst) and what the fallback spent is taken from the global
 /// bucket once the store is back. Before, this admitted 40 by 2.3 s against a bound of 33 (a
@@ -491,20 +417,20 @@ impl GlobalStore for Outage {
 #[tokio::test]
 async fn an_outage_adds_no_burst_and_the_fallback_pays_for_what_it_spent() {
     let clock = ManualClock::at(1);
-    let store = Outage::new(&clock, false, 1);
+    let store = Switched::new(&clock, Mode::Up, 1);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let key = [d(&[("ip", "o")])];
     let mut total = admitted(&e, &key, 30).await;
     assert_eq!(total, 10, "the burst");
     // Past the starved key's retry time, the store goes away.
     clock.advance_millis(300);
-    store.set_down(true);
+    store.set(Mode::Down);
     total += admitted(&e, &key, 30).await;
     clock.advance_millis(2_000);
     let during = admitted(&e, &key, 30).await;
     assert!(during > 0, "the fallback admits during the outage");
     total += during;
-    store.set_down(false);
+    store.set(Mode::Up);
     total += admitted(&e, &key, 30).await;
     assert!(
         total <= 10 + 23,

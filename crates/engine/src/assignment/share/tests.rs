@@ -4,7 +4,6 @@
 //! `B + L·t`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use proptest::prelude::{ProptestConfig, prop, prop_assert, proptest};
 use proptest::strategy::Strategy as _;
@@ -15,69 +14,13 @@ use sluice_core::config::Fallback;
 
 use super::super::tests::EnvoyModel;
 use super::*;
-use crate::store::{GlobalStore, LeaseGrant, StoreFuture};
+use crate::testing::{Mode, Switched};
 use crate::{Engine, EngineMetrics, EngineSettings, MemoryStore, Payee};
 
 const SEC: u64 = 1_000_000;
 const TICK_MICROS: u64 = TICK.as_micros() as u64;
 /// Envoy 1.40 reports every 5 s.
 const TICKS_PER_REPORT: usize = (5 * SEC / TICK_MICROS) as usize;
-
-/// The embedded store, failing at will: `0` answers, `1` is unavailable, `2` has no room.
-struct Flaky {
-    inner: Arc<MemoryStore<ManualClock>>,
-    mode: AtomicU8,
-}
-
-impl Flaky {
-    fn call<'a, T: Send + 'a>(
-        &'a self,
-        call: impl FnOnce(&'a MemoryStore<ManualClock>) -> StoreFuture<'a, T>,
-    ) -> StoreFuture<'a, T> {
-        match self.mode.load(Ordering::Relaxed) {
-            0 => call(&self.inner),
-            1 => Box::pin(async { Err(StoreError::Unavailable("down".into())) }),
-            _ => Box::pin(async { Err(StoreError::Full) }),
-        }
-    }
-}
-
-impl GlobalStore for Flaky {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.call(|s| s.lease(key, rate, want))
-    }
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        n: u64,
-        d: u64,
-    ) -> StoreFuture<'a, LeaseGrant> {
-        self.call(|s| s.charge(key, rate, n, d))
-    }
-    fn release<'a>(&'a self, key: &'a str, rate: Rate, n: u64, w: u64) -> StoreFuture<'a, ()> {
-        // A failed return loses tokens: stricter, never looser.
-        self.call(|s| s.release(key, rate, n, w))
-    }
-    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        self.call(|s| s.peek(key, rate))
-    }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.reset(key)
-    }
-    fn demand<'a>(
-        &'a self,
-        key: &'a str,
-        client: u64,
-        milli_rps: u64,
-        ttl: std::time::Duration,
-    ) -> StoreFuture<'a, Vec<u64>> {
-        self.call(|s| s.demand(key, client, milli_rps, ttl))
-    }
-    fn name(&self) -> &'static str {
-        "flaky"
-    }
-}
 
 /// One tick's events for each Envoy: requests it reports (allowed, denied), and what the store
 /// does during the tick.
@@ -106,10 +49,7 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         rt.block_on(async {
             let clock = ManualClock::at(1);
-            let store = Arc::new(Flaky {
-                inner: MemoryStore::new(clock.clone()),
-                mode: AtomicU8::new(0),
-            });
+            let store = Switched::new(&clock, Mode::Up, 1);
             let engine = Arc::new(Engine::new(
                 sluice_core::RuleSet::default(),
                 store.clone(),
@@ -134,7 +74,7 @@ proptest! {
             let mut models: Vec<EnvoyModel> = (0..envoys).map(|_| EnvoyModel::default()).collect();
             let start = clock.now_micros();
             for (i, (reports, mode)) in ticks.iter().enumerate() {
-                store.mode.store(*mode, Ordering::Relaxed);
+                store.set([Mode::Up, Mode::Down, Mode::Full][usize::from(*mode)]);
                 let now = clock.now_micros();
                 for (k, share) in shares.iter_mut().enumerate() {
                     let (allowed, denied) = reports[k];

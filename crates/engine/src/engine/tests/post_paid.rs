@@ -168,7 +168,7 @@ async fn global(e: &Engine) -> f64 {
 #[tokio::test]
 async fn small_reports_are_sent_in_batches_and_none_is_lost() {
     let clock = ManualClock::at(1);
-    let store = Outage::new(&clock, false, 1);
+    let store = Switched::new(&clock, Mode::Up, 1);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let report = |n| [with_hits("budget", "t", n)];
     for _ in 0..16 {
@@ -192,9 +192,9 @@ async fn small_reports_are_sent_in_batches_and_none_is_lost() {
     assert!((global(&e).await - (949.0 + refilled - 4.0)).abs() < 1e-6);
     // Refused while the store is down: kept, queued, and sent once it is back.
     ask(&e, &report(60)).await;
-    store.set_down(true);
+    store.set(Mode::Down);
     ask(&e, &report(60)).await;
-    store.set_down(false);
+    store.set(Mode::Up);
     let before = global(&e).await;
     clock.advance_millis(200);
     e.leaser.flush_queued_debts(e.now(), false).await;
