@@ -278,8 +278,7 @@ impl Share {
                     if let Some(step) = self.try_share(rate, now) {
                         return step;
                     }
-                    let credit = self.prepaid.credit_on_abandon(now);
-                    let r = rate.min(self.affordable(self.pool + credit, 1));
+                    let r = self.affordable_rate(rate, now);
                     if r >= have * HALF_STEP
                         && let Some(step) = self.largest_share(r, now)
                     {

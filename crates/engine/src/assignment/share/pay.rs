@@ -88,8 +88,7 @@ impl Share {
     /// credit of what Envoy holds now): tried from the estimate down in small steps, as each
     /// change restarts Envoy's bucket and a share too small costs seconds to grow.
     pub(super) fn largest_share(&mut self, rate: f64, now: u64) -> Option<Step> {
-        let credit = self.prepaid.credit_on_abandon(now);
-        let mut r = rate.min(self.affordable(self.pool + credit, MIN_NEW_TTL));
+        let mut r = self.affordable_rate(rate, now);
         for tries in 0..40 {
             if r < self.min_rate() {
                 break;
@@ -100,6 +99,13 @@ impl Share {
             r *= if tries < 8 { 0.98 } else { 0.8 };
         }
         None
+    }
+
+    /// About the largest share up to `rate` the pool pays for as a new strategy at `now`, with
+    /// the credit of what Envoy holds now.
+    pub(super) fn affordable_rate(&self, rate: f64, now: u64) -> f64 {
+        let credit = self.prepaid.credit_on_abandon(now);
+        rate.min(self.affordable(self.pool + credit, MIN_NEW_TTL))
     }
 
     /// Pays for `strategy` from the pool if it can.
