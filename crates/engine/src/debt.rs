@@ -16,12 +16,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sluice_core::Descriptor;
 use sluice_core::config::Mode;
 
 use crate::bucket::LeaseBucket;
 use crate::decision::EngineSettings;
-use crate::key;
 use crate::ledger::LeaseState;
 use crate::metrics::{EngineMetrics, StoreOp, UsageOutcome};
 use crate::plan::Plan;
@@ -31,7 +29,7 @@ use crate::store::{GlobalStore, StoreError, until};
 #[derive(Debug, Clone)]
 struct Queued {
     bucket: Arc<LeaseBucket>,
-    store_key: String,
+    store_key: Arc<str>,
     max_debt: u64,
 }
 
@@ -64,8 +62,7 @@ impl Debts {
         &self,
         store: &dyn GlobalStore,
         metrics: &EngineMetrics,
-        plan: &Plan,
-        descriptors: &[Descriptor],
+        plan: &Plan<'_>,
         now: u64,
         deadline: Option<tokio::time::Instant>,
     ) {
@@ -78,7 +75,7 @@ impl Debts {
             }
             let queued = || Queued {
                 bucket: Arc::clone(&charge.bucket),
-                store_key: key::store_key(charge.bucket.identity, charge.entries(descriptors)),
+                store_key: Arc::clone(charge.store_key()),
                 max_debt,
             };
             let due = self.take_due(

@@ -116,19 +116,15 @@ impl Engine {
         // The whole decision waits for the store at most its timeout, leasing again included.
         let deadline = self.leaser.deadline();
         let overall = loop {
-            self.leaser
-                .ensure(&mut plan, req.descriptors, now, deadline)
-                .await;
-            match self.settle(&plan, req, &mut outcomes, now, may_retry) {
+            self.leaser.ensure(&mut plan, now, deadline).await;
+            match self.settle(&plan, &mut outcomes, now, may_retry) {
                 Some(code) => break code,
                 // A concurrent request spent the leased tokens this one saw: lease again, once.
                 None => may_retry = false,
             }
         };
         if plan.charges.iter().any(|c| c.reported > 0) {
-            self.leaser
-                .flush_debts(&plan, req.descriptors, now, deadline)
-                .await;
+            self.leaser.flush_debts(&plan, now, deadline).await;
         }
         Decision {
             overall,
@@ -142,8 +138,7 @@ impl Engine {
     /// the ledger asks to lease again (nothing was charged).
     fn settle(
         &self,
-        plan: &Plan,
-        req: &RateLimitRequest<'_>,
+        plan: &Plan<'_>,
         outcomes: &mut [DescriptorOutcome],
         now: u64,
         may_retry: bool,
@@ -212,18 +207,11 @@ impl Engine {
             metrics.usage(UsageOutcome::Reported, charge.reported);
             metrics.usage(UsageOutcome::Clamped, v.clamped);
             if let Some(window) = v.close_window {
-                self.leaser.close_window_later(
-                    &charge.bucket,
-                    charge.entries(req.descriptors),
-                    window,
-                );
+                self.leaser
+                    .close_window_later(&charge.bucket, charge.store_key(), window);
             }
             if v.refill_ahead {
-                self.leaser.refill_ahead(
-                    Arc::clone(&charge.bucket),
-                    charge.entries(req.descriptors),
-                    now,
-                );
+                self.leaser.refill_ahead(charge, now);
             }
         }
         // Over the limit if any descriptor is (then nothing was charged).

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_core::Descriptor;
 use sluice_core::config::Mode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -13,7 +12,6 @@ use tokio_util::task::TaskTracker;
 use crate::bucket::LeaseBucket;
 use crate::debt::Debts;
 use crate::decision::EngineSettings;
-use crate::key;
 use crate::ledger::StoreStatus;
 use crate::metrics::{EngineMetrics, StoreOp};
 use crate::plan::{Charge, Plan};
@@ -104,8 +102,7 @@ impl Leaser {
     /// decided by its fallback, so a decision never waits longer than the store's timeout.
     pub(crate) async fn ensure(
         &self,
-        plan: &mut Plan,
-        descriptors: &[Descriptor],
+        plan: &mut Plan<'_>,
         now: u64,
         deadline: Option<tokio::time::Instant>,
     ) {
@@ -115,13 +112,13 @@ impl Leaser {
         match plan.charges.as_mut_slice() {
             [] => {}
             // The common case, without the allocation of a join.
-            [charge] => self.ensure_charge(charge, descriptors, now, deadline).await,
+            [charge] => self.ensure_charge(charge, now, deadline).await,
             // Every charge's store call is made at once: a request of ten cold keys waits about
             // one round trip (their calls share a batch), not ten.
             charges => {
                 let calls = charges
                     .iter_mut()
-                    .map(|charge| self.ensure_charge(charge, descriptors, now, deadline));
+                    .map(|charge| self.ensure_charge(charge, now, deadline));
                 futures_util::future::join_all(calls).await;
             }
         }
@@ -130,8 +127,7 @@ impl Leaser {
     /// [`ensure`](Self::ensure) for one charge.
     async fn ensure_charge(
         &self,
-        charge: &mut Charge,
-        descriptors: &[Descriptor],
+        charge: &mut Charge<'_>,
         now: u64,
         deadline: Option<tokio::time::Instant>,
     ) {
@@ -152,12 +148,11 @@ impl Leaser {
         if self.covered(&bucket, charge.info.mode, charge.hits, now) {
             return;
         }
-        let store_key = key::store_key(bucket.identity, charge.entries(descriptors));
         let call = async {
             if charge.hits == 0 {
-                self.peek(&bucket, &store_key, now).await
+                self.peek(&bucket, charge.store_key(), now).await
             } else {
-                self.lease_for(charge, &store_key, now).await
+                self.lease_for(charge, now).await
             }
         };
         // A call cut off here may still take tokens in the store: they are lost for a while
@@ -198,7 +193,7 @@ impl Leaser {
     }
 
     /// Leases what `charge` is missing (and about a lease horizon of demand beyond it).
-    async fn lease_for(&self, charge: &Charge, store_key: &str, now: u64) -> Option<StoreError> {
+    async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
         let (missing, demand, cold) = {
             let mut state = bucket.lock();
@@ -220,7 +215,8 @@ impl Leaser {
             let left = sluice_core::window::until_window_end(&bucket.rate, now) as f64 / 1e6;
             want = want.min(((demand * left).ceil() as u64).max(missing));
         }
-        self.lease(bucket, store_key, want, charge.hits, now).await
+        self.lease(bucket, charge.store_key(), want, charge.hits, now)
+            .await
     }
 
     /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
@@ -342,20 +338,12 @@ impl Leaser {
     /// After a decision: sends the post-paid usage of `plan` that is due (see [`Debts`]).
     pub(crate) async fn flush_debts(
         &self,
-        plan: &Plan,
-        descriptors: &[Descriptor],
+        plan: &Plan<'_>,
         now: u64,
         deadline: Option<tokio::time::Instant>,
     ) {
         self.debts
-            .flush_after(
-                &*self.store,
-                &self.metrics,
-                plan,
-                descriptors,
-                now,
-                deadline,
-            )
+            .flush_after(&*self.store, &self.metrics, plan, now, deadline)
             .await;
     }
 
@@ -368,7 +356,7 @@ impl Leaser {
 }
 
 /// The store status of a charge whose store call failed or ran out of time.
-fn down(charge: &Charge) -> StoreStatus {
+fn down(charge: &Charge<'_>) -> StoreStatus {
     StoreStatus::Down {
         fallback: charge.info.fallback,
         instances: 1,

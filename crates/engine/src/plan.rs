@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sluice_core::rules::Payment;
 use sluice_core::{Descriptor, Entry, RuleSet};
@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 
 use crate::bucket::LeaseBucket;
 use crate::decision::{LimitInfo, RateLimitRequest};
+use crate::key;
 use crate::ledger::{StoreStatus, Terms};
 
 mod matching;
@@ -27,9 +28,10 @@ pub(crate) enum Slot {
     NoRoom(Arc<LeaseBucket>),
 }
 
-/// One distinct bucket of a request and what the request asks of it.
+/// One distinct bucket of a request and what the request asks of it (`'d`: the request's
+/// descriptors, whose entries key it).
 #[derive(Debug)]
-pub(crate) struct Charge {
+pub(crate) struct Charge<'d> {
     /// The bucket.
     pub(crate) bucket: Arc<LeaseBucket>,
     /// The identity the bucket is tracked by (its global bucket's is `bucket.identity`).
@@ -45,22 +47,22 @@ pub(crate) struct Charge {
     /// Post-paid usage reported on this bucket (explicit per-descriptor `hits_addend` > 0),
     /// summed without wrapping: charged in full, never denied.
     pub(crate) reported: u64,
-    /// A descriptor on this bucket, whose entries make the store key.
-    pub(crate) descriptor: usize,
-    /// The entries the bucket is keyed by when they differ from the descriptor's
-    /// (`share_threshold` patterns standing for values); `None`: the descriptor's own.
-    pub(crate) key: Option<Box<[Entry]>>,
+    /// The entries the bucket is keyed by: a descriptor's own, or `share_threshold` patterns
+    /// standing for its values.
+    pub(crate) entries: Cow<'d, [Entry]>,
+    /// The global store's key, made by the first store call that needs it and shared by every
+    /// later one (background work included, which so carries no descriptors).
+    store_key: OnceLock<Arc<str>>,
     /// The store's state for this bucket, updated by the lease calls.
     pub(crate) store: StoreStatus,
 }
 
-impl Charge {
-    /// The entries this bucket is keyed by (in the table and the store).
-    pub(crate) fn entries<'a>(&'a self, descriptors: &'a [Descriptor]) -> &'a [Entry] {
-        match &self.key {
-            Some(key) => key,
-            None => &descriptors[self.descriptor].entries,
-        }
+impl Charge<'_> {
+    /// The global store's key of this bucket, made once per request (most decisions never ask:
+    /// their lease covers them).
+    pub(crate) fn store_key(&self) -> &Arc<str> {
+        self.store_key
+            .get_or_init(|| key::store_key(self.bucket.identity, &self.entries).into())
     }
 
     /// The ledger's view of this charge (with `instances` sharing the limit if the store is down).
@@ -87,12 +89,12 @@ impl Charge {
     }
 }
 
-/// The plan of one request.
+/// The plan of one request (`'d`: its descriptors).
 #[derive(Debug, Default)]
-pub(crate) struct Plan {
+pub(crate) struct Plan<'d> {
     /// Distinct buckets in address order: the order their locks are taken in, so two requests
     /// never deadlock.
-    pub(crate) charges: SmallVec<[Charge; 4]>,
+    pub(crate) charges: SmallVec<[Charge<'d>; 4]>,
     /// For each request descriptor, the charge of its first limit (`None`: no limit applies).
     pub(crate) by_descriptor: SmallVec<[Option<usize>; 4]>,
     /// Charges of further limits of a descriptor (`rate_limits`): (descriptor, charge).
@@ -102,12 +104,12 @@ pub(crate) struct Plan {
     pub(crate) unlimited: SmallVec<[usize; 2]>,
 }
 
-impl Plan {
+impl<'d> Plan<'d> {
     /// Plans `req` under `rules`: `slot` finds (or makes) the bucket of a table identity, store
     /// identity and descriptor. Rules named in another matched rule's `replaces` do not apply, and get no key.
     pub(crate) fn build(
         rules: &RuleSet,
-        req: &RateLimitRequest<'_>,
+        req: &RateLimitRequest<'d>,
         mut slot: impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> Self {
         let default_hits = if req.hits_addend == 0 {
@@ -145,7 +147,7 @@ impl Plan {
                 !m.name.is_some_and(|n| r.is_some_and(|r| r.contains(n)))
             };
             for m in limits.into_iter().filter(applies) {
-                let at = plan.charge(req, index, d, m, default_hits, &mut slot);
+                let at = plan.charge(req, d, m, default_hits, &mut slot);
                 match &mut plan.by_descriptor[index] {
                     first @ None => *first = Some(at),
                     Some(_) => plan.more.push((index, at)),
@@ -156,15 +158,14 @@ impl Plan {
         plan
     }
 
-    /// Adds what descriptor `d` (at `index`) asks of limit `m` to its charge, making the charge
+    /// Adds what descriptor `d` asks of limit `m` to its charge, making the charge
     /// (and finding its bucket with `slot`) if the request has none on that bucket yet; returns
     /// the charge's index.
     fn charge(
         &mut self,
-        req: &RateLimitRequest<'_>,
-        index: usize,
+        req: &RateLimitRequest<'d>,
         d: &Descriptor,
-        m: Matched<'_, '_>,
+        m: Matched<'_, 'd>,
         default_hits: u64,
         slot: &mut impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> usize {
@@ -184,7 +185,7 @@ impl Plan {
         let seen = self
             .charges
             .iter()
-            .position(|c| c.identity == m.identity && c.entries(req.descriptors) == &*m.key);
+            .position(|c| c.identity == m.identity && c.entries == m.key);
         match seen {
             Some(at) => {
                 let c = &mut self.charges[at];
@@ -205,11 +206,8 @@ impl Plan {
                     hits: hits.unwrap_or(0),
                     checked: hits.is_some(),
                     reported,
-                    descriptor: index,
-                    key: match m.key {
-                        Cow::Borrowed(_) => None,
-                        Cow::Owned(key) => Some(key.into()),
-                    },
+                    entries: m.key,
+                    store_key: OnceLock::new(),
                     store,
                 });
                 self.charges.len() - 1
@@ -228,7 +226,8 @@ impl Plan {
         for (to, &from) in order.iter().enumerate() {
             new_place[from] = to;
         }
-        let mut taken: SmallVec<[Option<Charge>; 4]> = self.charges.drain(..).map(Some).collect();
+        let mut taken: SmallVec<[Option<Charge<'d>>; 4]> =
+            self.charges.drain(..).map(Some).collect();
         self.charges = order.iter().filter_map(|&i| taken[i].take()).collect();
         for at in self.by_descriptor.iter_mut().flatten() {
             *at = new_place[*at];

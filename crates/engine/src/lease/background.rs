@@ -8,27 +8,24 @@ use sluice_core::config::Mode;
 
 use super::{Leaser, RETURNS_AT_ONCE};
 use crate::bucket::LeaseBucket;
-use crate::key;
 use crate::metrics::StoreOp;
+use crate::plan::Charge;
 use crate::table::Return;
 
 impl Leaser {
     /// Refills a busy key's lease in the background before it runs dry (skipped at shutdown, if
     /// a call for this key is already in flight, the store is degraded, or there is no runtime).
-    pub(crate) fn refill_ahead(
-        self: &Arc<Self>,
-        bucket: Arc<LeaseBucket>,
-        entries: &[sluice_core::Entry],
-        now: u64,
-    ) {
+    pub(crate) fn refill_ahead(self: &Arc<Self>, charge: &Charge<'_>, now: u64) {
+        let bucket = &charge.bucket;
         let Some(handle) = self.background_handle() else {
             return;
         };
-        let Ok(flight) = Arc::clone(self.flight(&bucket)).try_lock_owned() else {
+        let Ok(flight) = Arc::clone(self.flight(bucket)).try_lock_owned() else {
             return;
         };
         // Made only once a refill will really run (the key's store call is not already in flight).
-        let store_key = key::store_key(bucket.identity, entries);
+        let store_key = Arc::clone(charge.store_key());
+        let bucket = Arc::clone(bucket);
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
             async move {
@@ -67,13 +64,13 @@ impl Leaser {
     pub(crate) fn close_window_later(
         self: &Arc<Self>,
         bucket: &LeaseBucket,
-        entries: &[sluice_core::Entry],
+        store_key: &Arc<str>,
         window: u64,
     ) {
         let Some(handle) = self.background_handle() else {
             return;
         };
-        let store_key = key::store_key(bucket.identity, entries);
+        let store_key = Arc::clone(store_key);
         let rate = bucket.rate;
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
