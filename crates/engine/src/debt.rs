@@ -192,3 +192,6 @@ impl Debts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,7 @@
 use super::*;
 use crate::key;
 use crate::memory::MemoryStore;
-use crate::store::{LeaseGrant, StoreFuture};
-use crate::testing::{Mode, Switched};
+use crate::testing::{Call, Forwarding, Mode};
 use sluice_core::Descriptor;
 use sluice_core::ManualClock;
 use sluice_core::bucket::Rate;
@@ -384,7 +383,7 @@ async fn max_keys_bounds_memory() {
 async fn fallbacks_apply_while_the_store_is_down() {
     let clock = ManualClock::at(1);
     let e = engine_on(
-        Switched::new(&clock, Mode::Down, 2),
+        Forwarding::new(&clock, Mode::Down, 2),
         &clock,
         EngineSettings::default(),
     );
@@ -417,7 +416,7 @@ async fn fallbacks_apply_while_the_store_is_down() {
 #[tokio::test]
 async fn an_outage_adds_no_burst_and_the_fallback_pays_for_what_it_spent() {
     let clock = ManualClock::at(1);
-    let store = Switched::new(&clock, Mode::Up, 1);
+    let store = Forwarding::new(&clock, Mode::Up, 1);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let key = [d(&[("ip", "o")])];
     let mut total = admitted(&e, &key, 30).await;
@@ -444,88 +443,19 @@ async fn an_outage_adds_no_burst_and_the_fallback_pays_for_what_it_spent() {
     assert_eq!(owed, [0], "paid back");
 }
 
-/// The in-memory store behind a delay (a stand-in for a remote store's round trip; the store
-/// itself is real), recording how many lease calls per key were in flight at once.
-struct SlowStore {
-    inner: Arc<MemoryStore<ManualClock>>,
-    /// What it reports as its decision timeout (a remote store's bound on waiting).
-    timeout: Option<Duration>,
-    in_flight: std::sync::Mutex<std::collections::HashMap<String, (usize, usize)>>,
-    calls: std::sync::atomic::AtomicUsize,
-}
-
-impl SlowStore {
-    /// A slow store over a fresh memory store on `clock`, reporting `timeout` as its bound.
-    fn new(clock: &ManualClock, timeout: Option<Duration>) -> Arc<Self> {
-        Arc::new(Self {
-            inner: MemoryStore::new(clock.clone()),
-            timeout,
-            in_flight: Default::default(),
-            calls: Default::default(),
-        })
-    }
-
-    /// The most lease calls in flight at once for any one key.
-    fn max_in_flight(&self) -> usize {
-        let calls = self.in_flight.lock().expect("lock");
-        calls.values().map(|&(_, max)| max).max().unwrap_or(0)
-    }
-}
-
-impl GlobalStore for SlowStore {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Box::pin(async move {
-            {
-                let mut calls = self.in_flight.lock().expect("lock");
-                let (now, max) = calls.entry(key.to_string()).or_default();
-                *now += 1;
-                *max = (*max).max(*now);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let grant = self.inner.lease(key, rate, want).await;
-            if let Some((now, _)) = self.in_flight.lock().expect("lock").get_mut(key) {
-                *now -= 1;
-            }
-            grant
-        })
-    }
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        max_debt: u64,
-    ) -> StoreFuture<'a, LeaseGrant> {
-        self.inner.charge(key, rate, tokens, max_debt)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        window: u64,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens, window)
-    }
-    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        self.inner.peek(key, rate)
-    }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.reset(key)
-    }
-    fn name(&self) -> &'static str {
-        "slow"
-    }
-    fn decision_timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
+/// A store whose leases take 20 ms (a remote store's round trip), reporting `timeout` as its
+/// bound on waiting.
+fn slow_store(clock: &ManualClock, timeout: Option<Duration>) -> Arc<Forwarding> {
+    let store = Forwarding::up(clock);
+    store.delay(Call::Lease, Duration::from_millis(20));
+    store.set_timeout(timeout);
+    store
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     let clock = ManualClock::at(1);
-    let store = SlowStore::new(&clock, None);
+    let store = slow_store(&clock, None);
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     // 20 requests on each of two new keys, all at once, while each store call takes 20 ms.
     let tasks: Vec<_> = (0..40)
@@ -549,8 +479,8 @@ async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
     // Single flight: the others wait for the call in flight instead of calling too, then spend
     // from the lease it brought (leases grow with demand, up to 5% of the burst of 100): about
     // a dozen calls here, never one per request (40).
-    assert_eq!(store.max_in_flight(), 1);
-    let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(store.most_in_flight_per_key(Call::Lease), 1);
+    let calls = store.tally(Call::Lease).calls;
     assert!(calls <= 20, "{calls} lease calls for 40 requests on 2 keys");
     // `new` allows 100 per second: all 40 fit, so all 40 pass, also when a token a request saw
     // in the lease went to a concurrent request before it charged (it leases again).
@@ -562,21 +492,25 @@ async fn a_burst_on_a_new_key_shares_few_store_calls_and_never_goes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
     let clock = ManualClock::at(1);
-    let store = SlowStore::new(&clock, None);
+    let store = slow_store(&clock, None);
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let ds = [d(&[("new", "x")])];
     // A cold lease of 50 (the key is far from its limit: half the burst of 100, one instance),
     // then background refills of 5 (5% of the burst) each time the lease is down to half of
     // the last ask: the fourth call, 20 ms long, is a refill in flight.
     let mut spent = 0;
-    while store.calls.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+    while store.tally(Call::Lease).calls < 4 {
         assert_eq!(ask(&e, &ds).await.overall, Code::Ok);
         spent += 1;
         // Let a background refill start (it counts its call, then waits 20 ms).
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(spent < 100, "no background refill started");
     }
-    assert_eq!(store.max_in_flight(), 1, "the refill is in flight");
+    assert_eq!(
+        store.most_in_flight_per_key(Call::Lease),
+        1,
+        "the refill is in flight"
+    );
     Arc::clone(&e).maintain_until(std::future::ready(())).await;
     // Whatever was still running has landed by now.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -597,10 +531,10 @@ async fn shutdown_returns_the_tokens_of_refills_still_in_flight() {
 #[tokio::test]
 async fn a_cold_key_leases_ahead_and_keeps_the_lease_for_cold_lease_ttl() {
     let clock = ManualClock::at(1);
-    let store = SlowStore::new(&clock, None);
+    let store = slow_store(&clock, None);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let ds = [d(&[("new", "x")])];
-    let calls = || store.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let calls = || store.tally(Call::Lease).calls;
     for _ in 0..11 {
         assert_eq!(ask(&e, &ds).await.overall, Code::Ok);
     }
@@ -618,63 +552,13 @@ async fn a_cold_key_leases_ahead_and_keeps_the_lease_for_cold_lease_ttl() {
     assert_eq!(only_key(&e).1, 0, "handed back after cold_lease_ttl (30 s)");
 }
 
-/// A store whose reads take 50 ms, counting how many run at once.
-struct SlowReads {
-    inner: Arc<MemoryStore<ManualClock>>,
-    reading: std::sync::atomic::AtomicUsize,
-    most: std::sync::atomic::AtomicUsize,
-}
-
-impl GlobalStore for SlowReads {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.inner.lease(key, rate, want)
-    }
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        max_debt: u64,
-    ) -> StoreFuture<'a, LeaseGrant> {
-        self.inner.charge(key, rate, tokens, max_debt)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        window: u64,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens, window)
-    }
-    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        use std::sync::atomic::Ordering::SeqCst;
-        Box::pin(async move {
-            let now = self.reading.fetch_add(1, SeqCst) + 1;
-            self.most.fetch_max(now, SeqCst);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.reading.fetch_sub(1, SeqCst);
-            self.inner.peek(key, rate).await
-        })
-    }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.reset(key)
-    }
-    fn name(&self) -> &'static str {
-        "slow-reads"
-    }
-}
-
 /// Operator reads (GetQuota, WatchQuota) can never crowd decisions out of the store: at most a
 /// few run at once, the rest are refused at once, every one is counted, decisions go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_reads_are_bounded_and_counted() {
     let clock = ManualClock::at(1);
-    let store = Arc::new(SlowReads {
-        inner: MemoryStore::new(clock.clone()),
-        reading: Default::default(),
-        most: Default::default(),
-    });
+    let store = Forwarding::up(&clock);
+    store.delay(Call::Peek, Duration::from_millis(50));
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let reads: Vec<_> = (0..100)
         .map(|i| {
@@ -696,7 +580,7 @@ async fn operator_reads_are_bounded_and_counted() {
         let view = r.await.expect("task");
         answered += usize::from(view.global_remaining.is_some());
     }
-    let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+    let most = store.tally(Call::Peek).most_in_flight;
     assert!(most <= crate::lease::QUOTA_READS, "{most} reads at once");
     assert!((1..100).contains(&answered), "{answered} of 100 answered");
     let counted = e
@@ -716,7 +600,7 @@ async fn operator_reads_are_bounded_and_counted() {
 #[tokio::test(start_paused = true)]
 async fn no_decision_waits_longer_than_the_store_timeout() {
     let clock = ManualClock::at(1);
-    let store = SlowStore::new(&clock, Some(Duration::from_millis(30)));
+    let store = slow_store(&clock, Some(Duration::from_millis(30)));
     let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
     let tasks: Vec<_> = (0..20)
         .map(|_| {

@@ -14,7 +14,7 @@ use sluice_core::config::Fallback;
 
 use super::super::tests::EnvoyModel;
 use super::*;
-use crate::testing::{Mode, Switched};
+use crate::testing::{Forwarding, Mode};
 use crate::{Engine, EngineMetrics, EngineSettings, MemoryStore, Payee};
 
 const SEC: u64 = 1_000_000;
@@ -49,7 +49,7 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         rt.block_on(async {
             let clock = ManualClock::at(1);
-            let store = Switched::new(&clock, Mode::Up, 1);
+            let store = Forwarding::new(&clock, Mode::Up, 1);
             let engine = Arc::new(Engine::new(
                 sluice_core::RuleSet::default(),
                 store.clone(),

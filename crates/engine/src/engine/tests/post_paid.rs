@@ -168,7 +168,7 @@ async fn global(e: &Engine) -> f64 {
 #[tokio::test]
 async fn small_reports_are_sent_in_batches_and_none_is_lost() {
     let clock = ManualClock::at(1);
-    let store = Switched::new(&clock, Mode::Up, 1);
+    let store = Forwarding::new(&clock, Mode::Up, 1);
     let e = engine_on(store.clone(), &clock, EngineSettings::default());
     let report = |n| [with_hits("budget", "t", n)];
     for _ in 0..16 {

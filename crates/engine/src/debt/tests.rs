@@ -10,21 +10,19 @@
 //! (d) no lockout: `(burst + max_debt) / rate` after the last report, every check passes on
 //!     both engines.
 //!
-//! The store is the real embedded store; a wrapper only adds up what its `charge` calls charged.
+//! The store is the real embedded store; the forwarding double only adds up what its `charge`
+//! calls charged.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use sluice_core::bucket::Rate;
 use sluice_core::{Descriptor, ManualClock, RuleSet};
-use sluice_engine::store::StoreFuture;
-use sluice_engine::{
-    Code, Engine, EngineMetrics, EngineSettings, GlobalStore, LeaseGrant, MemoryStore,
-    RateLimitRequest,
-};
+
+use crate::testing::{Call, Forwarding};
+use crate::{Code, Engine, EngineMetrics, EngineSettings, RateLimitRequest};
 
 /// Strict post-paid rules: a small debt bound (clamping happens) and a huge one (it never does).
 const RULES: &str = r#"
@@ -75,57 +73,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The embedded store, with what its `charge` calls charged added up per key.
-struct Counting {
-    inner: Arc<MemoryStore<ManualClock>>,
-    charged: Mutex<BTreeMap<String, u128>>,
-}
-
-impl GlobalStore for Counting {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.inner.lease(key, rate, want)
-    }
-    fn charge<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        max_debt: u64,
-    ) -> StoreFuture<'a, LeaseGrant> {
-        Box::pin(async move {
-            let grant = self.inner.charge(key, rate, tokens, max_debt).await?;
-            *self
-                .charged
-                .lock()
-                .expect("lock")
-                .entry(key.to_string())
-                .or_default() += u128::from(grant.granted);
-            Ok(grant)
-        })
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        tokens: u64,
-        window: u64,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, rate, tokens, window)
-    }
-    fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
-        self.inner.peek(key, rate)
-    }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.reset(key)
-    }
-    fn is_in_process(&self) -> bool {
-        self.inner.is_in_process()
-    }
-    fn name(&self) -> &'static str {
-        "counting-memory"
-    }
-}
-
 fn rules() -> RuleSet {
     sluice_core::config::parse_config(RULES)
         .expect("rules")
@@ -150,10 +97,9 @@ async fn decide(e: &Engine, d: Descriptor) -> Code {
 
 async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock = ManualClock::at(1_000_000);
-    let store = Arc::new(Counting {
-        inner: MemoryStore::new(clock.clone()),
-        charged: Mutex::default(),
-    });
+    let store = Forwarding::up(&clock);
+    // As the embedded store: leases sized for a store in this process.
+    store.set_in_process(true);
     let engines: Vec<Engine> = (0..2)
         .map(|_| {
             Engine::new(
@@ -206,12 +152,10 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             KEYS[key]
         );
         let charged = store
-            .charged
-            .lock()
-            .expect("lock")
+            .per_key(Call::Charge)
             .iter()
             .filter(|(k, _)| k.ends_with(&format!("{}=v{value}", KEYS[key])))
-            .map(|(_, v)| *v)
+            .map(|(_, t)| t.granted)
             .sum::<u128>();
         prop_assert!(charged <= sum, "charged {charged} > reported {sum}");
         if sum <= u128::from(max_debt) {
@@ -251,7 +195,7 @@ proptest! {
 
 proptest! {
     #![proptest_config(Config { cases: 128, ..Config::default() })]
-    /// New cases on every run (failures are saved under `proptest-regressions/`).
+    /// New cases on every run (failures are saved under `proptest-regressions/debt/`).
     #[test]
     fn post_paid_invariants_hold_on_random_cases(ops in prop::collection::vec(op(), 1..60)) {
         block_on(ops)?;
