@@ -6,11 +6,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use sluice_core::Descriptor;
 use sluice_core::authz::RequestView;
-use sluice_engine::{Code, RateLimitRequest};
+use sluice_engine::{Code, Decision};
 use sluice_proto::envoy::auth::attribute_context::HttpRequest;
 use sluice_proto::envoy::auth::authorization_server::Authorization;
 use sluice_proto::envoy::auth::check_response::HttpResponse;
@@ -20,9 +19,10 @@ use sluice_proto::envoy::rpc;
 use sluice_proto::envoy::types::{HttpStatus, StatusCode};
 use tonic::{Request, Response, Status};
 
+use crate::handler::{self, Intake, Question, Wire};
 use crate::headers::{self, PolicyView};
 use crate::metrics::Api;
-use crate::state::AppState;
+use crate::state::{AppState, Runtime};
 
 /// gRPC status code OK, in `CheckResponse.status`.
 const GRPC_OK: i32 = 0;
@@ -48,54 +48,57 @@ impl Authorization for Authz {
         &self,
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
-        let started = Instant::now();
-        let req = request.into_inner();
-        let Some(view) = CheckView::of(&req) else {
-            self.state.metrics.count(Api::Authz, "invalid");
+        handler::handle(&self.state, self, request.into_inner()).await
+    }
+}
+
+impl Wire for Authz {
+    type Request = CheckRequest;
+    type Response = CheckResponse;
+    const API: Api = Api::Authz;
+
+    fn intake<'r>(
+        &self,
+        _: &AppState,
+        runtime: &'r Runtime,
+        req: &'r CheckRequest,
+    ) -> Result<Intake<'r, CheckResponse>, Status> {
+        let Some(view) = CheckView::of(req) else {
             return Err(Status::invalid_argument(
                 "CheckRequest has no attributes.request.http: sluice decides HTTP requests",
             ));
         };
-        let runtime = self.state.runtime.load();
         let Some(plan) = runtime.authz.as_ref() else {
             // No `authz:` section: nothing to limit, so allow (and say why in the metric).
-            self.state.metrics.count(Api::Authz, "not_configured");
-            return Ok(Response::new(allow(Vec::new())));
+            return Ok(Intake::Answered {
+                code: "not_configured",
+                response: allow(Vec::new()),
+            });
         };
         // Values of any length: the engine keeps long ones in its keys as prefix and digest.
         let descriptors: Vec<Descriptor> = plan.descriptors(&view);
         if descriptors.is_empty() {
-            self.state.metrics.count(Api::Authz, "no_descriptors");
-            return Ok(Response::new(allow(Vec::new())));
+            return Ok(Intake::Answered {
+                code: "no_descriptors",
+                response: allow(Vec::new()),
+            });
         }
-        let mut decision = self
-            .state
-            .engine
-            .decide(&RateLimitRequest {
-                domain: &plan.domain,
-                descriptors: &descriptors,
-                // One hit on prepaid rules (0 means 1); a check on post-paid ones, whose usage
-                // is reported after the response (`sluice.v1.Usage/Report`).
-                hits_addend: 0,
-            })
-            .await;
-        crate::shadow::apply(
-            &mut decision,
-            runtime.shadow_mode,
-            &self.state.shadow_log,
-            &plan.domain,
-        );
-        self.state.metrics.record(Api::Authz, &decision);
-        let policies = headers::policies(&decision);
+        Ok(Intake::Decide(Question {
+            domain: &plan.domain,
+            descriptors,
+            // One hit on prepaid rules (0 means 1); a check on post-paid ones, whose usage is
+            // reported after the response (`sluice.v1.Usage/Report`).
+            hits_addend: 0,
+        }))
+    }
+
+    fn answer(&self, runtime: &Runtime, _: &CheckRequest, decision: &Decision) -> CheckResponse {
+        let policies = headers::policies(decision);
         let header_values = rate_limit_headers(&policies, &runtime.response);
-        let response = match decision.overall {
+        match decision.overall {
             Code::Ok => allow(header_values),
             Code::OverLimit => deny(&policies, header_values),
-        };
-        self.state
-            .metrics
-            .observe_latency(Api::Authz, started.elapsed().as_secs_f64());
-        Ok(Response::new(response))
+        }
     }
 }
 

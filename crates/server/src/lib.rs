@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`state`]: [`AppState`], what every handler shares (engine, swappable runtime config, metrics).
 //! - [`validate`]: request limits and the conversion of Envoy descriptors into the engine's.
+//! - [`handler`]: the one path of every deciding API (validate → decide → shadow → record →
+//!   answer → observe); [`rls`], [`authz`] and [`usage`] each only say how their wire maps to it.
 //! - [`rls`] — the rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 //! - [`authz`] — the ext_authz service, `envoy.service.auth.v3.Authorization/Check`.
 //! - [`rlqs`] — the rate limit quota service,
@@ -22,6 +24,7 @@ pub mod admin;
 pub mod assignments;
 pub mod authz;
 pub mod durations;
+pub mod handler;
 pub mod headers;
 pub mod incoming;
 pub mod limits;

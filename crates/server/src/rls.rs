@@ -1,16 +1,16 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use sluice_engine::{Code, Decision, DescriptorOutcome, RateLimitRequest};
+use sluice_engine::{Code, Decision, DescriptorOutcome};
 use sluice_proto::envoy::ratelimit::rate_limit_response::{self, DescriptorStatus};
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitService;
 use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use crate::handler::{self, Intake, Question, Wire};
 use crate::metrics::Api;
-use crate::state::AppState;
+use crate::state::{AppState, Runtime};
 use crate::validate;
 
 pub mod metadata;
@@ -34,42 +34,40 @@ impl RateLimitService for Rls {
         &self,
         request: Request<rl::RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let req = request.into_inner();
-        let checked =
-            validate::domain(&req.domain).and_then(|()| validate::descriptors(&req.descriptors));
-        let descriptors = match checked {
-            Ok(d) => d,
-            Err(status) => {
-                self.state.metrics.count(Api::Rls, "invalid");
-                return Err(status);
-            }
-        };
-        let mut decision = self
-            .state
-            .engine
-            .decide(&RateLimitRequest {
-                domain: &req.domain,
-                descriptors: &descriptors,
-                hits_addend: u64::from(req.hits_addend),
-            })
-            .await;
-        let runtime = self.state.runtime.load();
-        crate::shadow::apply(
-            &mut decision,
-            runtime.shadow_mode,
-            &self.state.shadow_log,
-            &req.domain,
-        );
-        self.state.metrics.record(Api::Rls, &decision);
-        let mut response = to_response(&decision);
+        handler::handle(&self.state, self, request.into_inner()).await
+    }
+}
+
+impl Wire for Rls {
+    type Request = rl::RateLimitRequest;
+    type Response = RateLimitResponse;
+    const API: Api = Api::Rls;
+
+    fn intake<'r>(
+        &self,
+        _: &AppState,
+        _: &'r Runtime,
+        req: &'r rl::RateLimitRequest,
+    ) -> Result<Intake<'r, RateLimitResponse>, Status> {
+        validate::domain(&req.domain)?;
+        Ok(Intake::Decide(Question {
+            domain: &req.domain,
+            descriptors: validate::descriptors(&req.descriptors)?,
+            hits_addend: u64::from(req.hits_addend),
+        }))
+    }
+
+    fn answer(
+        &self,
+        runtime: &Runtime,
+        req: &rl::RateLimitRequest,
+        decision: &Decision,
+    ) -> RateLimitResponse {
+        let mut response = to_response(decision);
         if runtime.response.rls_dynamic_metadata {
-            response.dynamic_metadata = Some(metadata::dynamic_metadata(&req, &decision));
+            response.dynamic_metadata = Some(metadata::dynamic_metadata(req, decision));
         }
-        self.state
-            .metrics
-            .observe_latency(Api::Rls, started.elapsed().as_secs_f64());
-        Ok(Response::new(response))
+        response
     }
 }
 

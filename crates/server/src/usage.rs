@@ -6,17 +6,17 @@
 //! charge may be denied, which a caller reporting usage that already happened cannot act on.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use sluice_core::rules::{Limit, Match, Payment};
 use sluice_core::{Descriptor, Entry};
-use sluice_engine::RateLimitRequest;
+use sluice_engine::Decision;
 use sluice_proto::sluice::v1::usage_server::Usage;
 use sluice_proto::sluice::v1::{ReportRequest, ReportResponse, ReportResult};
 use tonic::{Request, Response, Status};
 
+use crate::handler::{self, Intake, Question, Wire};
 use crate::metrics::Api;
-use crate::state::AppState;
+use crate::state::{AppState, Runtime};
 use crate::validate;
 
 /// The usage service.
@@ -30,10 +30,31 @@ impl UsageService {
     pub fn new(state: Arc<AppState>) -> Self {
         Self { state }
     }
+}
+
+#[tonic::async_trait]
+impl Usage for UsageService {
+    async fn report(
+        &self,
+        request: Request<ReportRequest>,
+    ) -> Result<Response<ReportResponse>, Status> {
+        handler::handle(&self.state, self, request.into_inner()).await
+    }
+}
+
+impl Wire for UsageService {
+    type Request = ReportRequest;
+    type Response = ReportResponse;
+    const API: Api = Api::Report;
 
     /// The reports as descriptors, each with its explicit count; refused if any is malformed or
     /// matches a prepaid rule.
-    fn descriptors(&self, req: &ReportRequest) -> Result<Vec<Descriptor>, Status> {
+    fn intake<'r>(
+        &self,
+        state: &AppState,
+        _: &'r Runtime,
+        req: &'r ReportRequest,
+    ) -> Result<Intake<'r, ReportResponse>, Status> {
         validate::domain(&req.domain)?;
         if req.reports.is_empty() {
             return Err(Status::invalid_argument("no reports: nothing to charge"));
@@ -45,8 +66,9 @@ impl UsageService {
                 validate::MAX_DESCRIPTORS
             )));
         }
-        let rules = self.state.engine.rules();
-        req.reports
+        let rules = state.engine.rules();
+        let descriptors = req
+            .reports
             .iter()
             .enumerate()
             .map(|(i, r)| {
@@ -77,31 +99,15 @@ impl UsageService {
                     limit_override: None,
                 })
             })
-            .collect()
+            .collect::<Result<_, Status>>()?;
+        Ok(Intake::Decide(Question {
+            domain: &req.domain,
+            descriptors,
+            hits_addend: 0,
+        }))
     }
-}
 
-#[tonic::async_trait]
-impl Usage for UsageService {
-    async fn report(
-        &self,
-        request: Request<ReportRequest>,
-    ) -> Result<Response<ReportResponse>, Status> {
-        let started = Instant::now();
-        let req = request.into_inner();
-        let descriptors = self.descriptors(&req).inspect_err(|_| {
-            self.state.metrics.count(Api::Report, "invalid");
-        })?;
-        let decision = self
-            .state
-            .engine
-            .decide(&RateLimitRequest {
-                domain: &req.domain,
-                descriptors: &descriptors,
-                hits_addend: 0,
-            })
-            .await;
-        self.state.metrics.record(Api::Report, &decision);
+    fn answer(&self, _: &Runtime, _: &ReportRequest, decision: &Decision) -> ReportResponse {
         let results = decision
             .outcomes
             .iter()
@@ -118,9 +124,6 @@ impl Usage for UsageService {
                 until_full: Some(crate::durations::prost(o.until_full)),
             })
             .collect();
-        self.state
-            .metrics
-            .observe_latency(Api::Report, started.elapsed().as_secs_f64());
-        Ok(Response::new(ReportResponse { results }))
+        ReportResponse { results }
     }
 }
