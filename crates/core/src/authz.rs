@@ -176,7 +176,7 @@ impl AuthzPlan {
             Source::Method => Some(req.method().into()),
             Source::Host => Some(req.host().into()),
             // Header names were lowercased when the plan was built.
-            Source::Header(name) => req.header(name).map(Cow::Borrowed),
+            Source::Header(name) => req.header(name).map(|v| Cow::Borrowed(first_value(v))),
             Source::ContextExtension(name) => req.context_extension(name).map(Cow::Borrowed),
             Source::ApiKey(spec) => api_key(req, spec),
             Source::Value(v) => Some(v.into()),
@@ -232,24 +232,34 @@ fn canonical_ip(s: &str) -> Option<Cow<'_, str>> {
     })
 }
 
+/// The first value of a header: a header sent several times reaches sluice joined with commas
+/// (`victim,junk`), and only the first counts, so adding a copy of an identity header never
+/// makes another identity (and so never buys a fresh bucket). A single value with commas is cut
+/// at the first one too: one rule for every `header` and `api_key` source.
+fn first_value(value: &str) -> &str {
+    value.split(',').next().unwrap_or_default().trim()
+}
+
 /// The API key: the configured header, else `Authorization: Bearer <key>` (scheme in any case),
-/// else the query parameter, percent-decoded. Blank keys count as absent.
+/// else the query parameter, percent-decoded; of a header sent several times, the first value
+/// ([`first_value`]). Blank keys count as absent.
 fn api_key<'r>(req: &'r impl RequestView, spec: &'r ApiKeySource) -> Option<Cow<'r, str>> {
     let bearer = || {
-        let auth = req.header("authorization")?.trim_start();
+        let auth = first_value(req.header("authorization")?);
         let (scheme, key) = auth.split_once(' ')?;
         scheme.eq_ignore_ascii_case("bearer").then_some(key)
     };
     let found = req
         .header(&spec.header)
-        .map(|k| Cow::Borrowed(k.trim()))
+        .map(|k| Cow::Borrowed(first_value(k)))
         .filter(|k| !k.is_empty())
         .or_else(|| bearer().map(|k| Cow::Borrowed(k.trim())))
         .filter(|k| !k.is_empty())
         .or_else(|| query_param(req.path(), &spec.query_param).map(percent_decoded))?;
+    // A query value decoded to `victim,junk` is cut as a header's would be.
     let key = match found {
-        Cow::Borrowed(k) => Cow::Borrowed(k.trim()),
-        Cow::Owned(k) => Cow::Owned(k.trim().to_string()),
+        Cow::Borrowed(k) => Cow::Borrowed(first_value(k)),
+        Cow::Owned(k) => Cow::Owned(first_value(&k).to_string()),
     };
     (!key.is_empty()).then_some(key)
 }

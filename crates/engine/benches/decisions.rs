@@ -127,7 +127,7 @@ fn entries(keys: usize) -> Vec<(key::BucketKey, Vec<u8>, Arc<LeaseBucket>)> {
     (0..keys)
         .map(|i| {
             let e = [Entry::new("client", i.to_string())];
-            let bytes = key::with_encoded(7, &e, <[u8]>::to_vec);
+            let bytes = key::with_encoded(7, key::Values::Sent(&e), <[u8]>::to_vec);
             let bucket = LeaseBucket::new(key::owned(&bytes), rate, Mode::Strict, 7, 0);
             bucket.lock().lease = u64::MAX / 2;
             (key::owned(&bytes), bytes, Arc::new(bucket))

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 use crate::decision::{
     Code, Decision, Denial, DescriptorOutcome, EngineSettings, RateLimitRequest,
 };
+use crate::key::Values;
 use crate::lease::Leaser;
 use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
 use crate::metrics::{EngineMetrics, UsageOutcome};
@@ -105,8 +106,14 @@ impl Engine {
         }
         let mut evicted = Vec::new();
         let mut plan = Plan::build(&rules, req, |identity, store_identity, entries, info| {
-            self.table
-                .slot(identity, store_identity, entries, info, now, &mut evicted)
+            self.table.slot(
+                identity,
+                store_identity,
+                Values::Sent(entries),
+                info,
+                now,
+                &mut evicted,
+            )
         });
         for &d in &plan.unlimited {
             outcomes[d].unlimited = true;

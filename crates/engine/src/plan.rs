@@ -61,8 +61,9 @@ impl Charge<'_> {
     /// The global store's key of this bucket, made once per request (most decisions never ask:
     /// their lease covers them).
     pub(crate) fn store_key(&self) -> &Arc<str> {
-        self.store_key
-            .get_or_init(|| key::store_key(self.bucket.identity, &self.entries).into())
+        self.store_key.get_or_init(|| {
+            key::store_key(self.bucket.identity, key::Values::Sent(&self.entries)).into()
+        })
     }
 
     /// The ledger's view of this charge (with `instances` sharing the limit if the store is down).

@@ -8,7 +8,7 @@ use sluice_core::config::Mode;
 use sluice_core::rules::{Limit, Match, Rule};
 use sluice_core::{Entry, RuleSet};
 
-use crate::key;
+use crate::key::{self, Values};
 use crate::lease::Leaser;
 use crate::store::{GlobalStore, StoreError};
 use crate::table::BucketTable;
@@ -117,7 +117,7 @@ async fn limit_view(
     let Limit::Limited { rate, mode, .. } = rule.limit else {
         return;
     };
-    if let Some(b) = table.get(rule.fingerprint, entries) {
+    if let Some(b) = table.get(rule.fingerprint, Values::Sent(entries)) {
         view.tracked = true;
         let state = b.lock();
         view.local_lease = state.lease;
@@ -134,7 +134,7 @@ async fn limit_view(
         view.until_full = until_full(&rate, tokens, now);
         return;
     }
-    let store_key = key::store_key(rule.fingerprint, entries);
+    let store_key = key::store_key(rule.fingerprint, Values::Sent(entries));
     match leaser.peek_for_operator(&store_key, rate).await {
         Ok(tokens) => {
             view.global_remaining = Some(tokens);
@@ -161,10 +161,10 @@ pub(crate) async fn reset(
     };
     if mode != Mode::Local {
         store
-            .reset(&key::store_key(rule.fingerprint, &entries))
+            .reset(&key::store_key(rule.fingerprint, Values::Sent(&entries)))
             .await?;
     }
-    table.remove(rule.fingerprint, &entries);
+    table.remove(rule.fingerprint, Values::Sent(&entries));
     Ok(Some(rule.label.clone()))
 }
 

@@ -14,12 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
-use sluice_core::Entry;
 use sluice_core::bucket::Rate;
 
 use crate::bucket::LeaseBucket;
 use crate::decision::LimitInfo;
-use crate::key::{self, BucketKey};
+use crate::key::{self, BucketKey, Values};
 use crate::ledger::LeaseState;
 use crate::metrics::EngineMetrics;
 use crate::plan::Slot;
@@ -114,7 +113,7 @@ impl BucketTable {
     }
 
     /// The bucket of `(identity, entries)`, if tracked.
-    pub(crate) fn get(&self, identity: u64, entries: &[Entry]) -> Option<Arc<LeaseBucket>> {
+    pub(crate) fn get(&self, identity: u64, entries: Values<'_>) -> Option<Arc<LeaseBucket>> {
         key::with_encoded(identity, entries, |k| {
             self.map.get(k).map(|b| Arc::clone(&b.key().0))
         })
@@ -127,7 +126,7 @@ impl BucketTable {
         &self,
         identity: u64,
         store_identity: u64,
-        entries: &[Entry],
+        entries: Values<'_>,
         info: &LimitInfo,
         now: u64,
         returns: &mut Vec<Return>,
@@ -179,7 +178,7 @@ impl BucketTable {
     }
 
     /// Forgets a key (an operator reset).
-    pub(crate) fn remove(&self, identity: u64, entries: &[Entry]) {
+    pub(crate) fn remove(&self, identity: u64, entries: Values<'_>) {
         if let Some((Held(b), ())) = key::with_encoded(identity, entries, |k| self.map.remove(k)) {
             self.room.removed(b.identity, 1);
         }

@@ -276,3 +276,62 @@ authz:
         "sha256:99ab9660c4e55f77fd420904b4618043"
     );
 }
+
+/// A second copy of an identity header (Envoy joins them: `victim,junk1`) never makes another
+/// identity: every `api_key` and `header` source counts a header's first value, so the copy
+/// cannot buy a fresh bucket.
+#[test]
+fn a_repeated_identity_header_counts_its_first_value() {
+    let config = r#"
+domains:
+  - domain: edge
+    descriptors:
+      - key: key
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: tenant
+        rate_limit: {unit: second, requests_per_unit: 5}
+authz:
+  domain: edge
+  descriptors:
+    - [{key: key, from: {api_key: {}}}]
+    - [{key: tenant, from: {header: x-tenant}}]
+"#;
+    let plan = plan(config);
+    let values = |headers: &[(&str, &str)], path: &str| {
+        let mut req = Req {
+            path: path.into(),
+            ..Req::default()
+        };
+        for (k, v) in headers {
+            req.headers.insert((*k).into(), (*v).into());
+        }
+        let got: Vec<(String, String)> = plan.descriptors(&req).iter().flat_map(pairs).collect();
+        got
+    };
+    let victim = values(&[("x-api-key", "victim"), ("x-tenant", "acme")], "/");
+    assert_eq!(victim[0].1, digest("victim"));
+    for (headers, path) in [
+        (
+            &[("x-api-key", "victim,junk1"), ("x-tenant", "acme,junk1")][..],
+            "/",
+        ),
+        (
+            &[("x-api-key", "victim, junk2"), ("x-tenant", "acme , junk2")][..],
+            "/",
+        ),
+        (
+            &[
+                ("authorization", "Bearer victim,Bearer junk3"),
+                ("x-tenant", "acme"),
+            ][..],
+            "/",
+        ),
+        (&[("x-tenant", "acme")][..], "/?api_key=victim%2Cjunk4"),
+        (
+            &[("x-tenant", "acme")][..],
+            "/?api_key=victim&api_key=junk5",
+        ),
+    ] {
+        assert_eq!(values(headers, path), victim, "{headers:?} {path}");
+    }
+}

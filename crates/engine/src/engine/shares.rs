@@ -13,7 +13,7 @@ use sluice_core::rules::Payment;
 
 use crate::Engine;
 use crate::decision::LimitInfo;
-use crate::key;
+use crate::key::{self, Values};
 use crate::metrics::StoreOp;
 use crate::plan::Slot;
 use crate::store::{LeaseGrant, StoreError, until};
@@ -52,7 +52,7 @@ impl Payee {
             .collect();
         Self {
             identity,
-            store_key: key::store_key(identity, &entries),
+            store_key: key::store_key(identity, Values::Keyed(&entries)),
             entries,
             rate,
             mode,
@@ -116,7 +116,10 @@ impl Engine {
         }
         let now = self.now();
         if payee.mode == Mode::Local {
-            if let Some(bucket) = self.table.get(payee.identity, &payee.entries) {
+            if let Some(bucket) = self
+                .table
+                .get(payee.identity, Values::Keyed(&payee.entries))
+            {
                 bucket.lock().local.give_back(&payee.rate, now, tokens, 0);
             }
             return;
@@ -175,7 +178,7 @@ impl Engine {
         let slot = self.table.slot(
             payee.identity,
             payee.identity,
-            &payee.entries,
+            Values::Keyed(&payee.entries),
             &payee.info(),
             now,
             &mut evicted,

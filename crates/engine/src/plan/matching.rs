@@ -232,7 +232,7 @@ mod tests {
     fn the_override_bucket_identity_is_stable() {
         let key = crate::key::store_key(
             super::override_bucket_identity("edge"),
-            &[sluice_core::Entry::new("ip", "10.0.0.1")],
+            crate::key::Values::Sent(&[sluice_core::Entry::new("ip", "10.0.0.1")]),
         );
         assert_eq!(
             key,

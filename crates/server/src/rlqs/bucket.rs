@@ -9,7 +9,7 @@ use sluice_core::config::{Fallback, Mode};
 use sluice_core::rules::{BucketMatch, Limit};
 use sluice_core::{Entry, Rule};
 use sluice_engine::assignment::{Reported, Share, Step, Strategy, TTL};
-use sluice_engine::key::{key_value, store_key};
+use sluice_engine::key::{Values, key_value, store_key};
 
 use crate::metrics::rlqs::RlqsMetrics;
 
@@ -99,7 +99,8 @@ pub(super) fn enforced(rule: &Rule, shadow: bool) -> Option<(Rate, Mode, Fallbac
 pub(super) fn same_limit(tracked: &BucketKind, now: BucketMatch<'_>, shadow: bool) -> bool {
     match (tracked, now) {
         (BucketKind::Limited(b), BucketMatch::Rule(rule, ordered)) => {
-            enforced(rule, shadow).is_some() && b.key() == store_key(rule.fingerprint, &ordered)
+            enforced(rule, shadow).is_some()
+                && b.key() == store_key(rule.fingerprint, Values::Sent(&ordered))
         }
         (BucketKind::Free(_), BucketMatch::Rule(rule, _)) => enforced(rule, shadow).is_none(),
         (BucketKind::Free(_), _) => true,
