@@ -28,6 +28,24 @@ pub(crate) enum Slot {
     NoRoom(Arc<LeaseBucket>),
 }
 
+/// The limits a descriptor charges. A count on a descriptor with a post-paid limit is usage
+/// reported after the request (Envoy's `apply_on_stream_done` entry, `Usage/Report`): it charges
+/// the post-paid limits only. The descriptor's prepaid limits were charged when the request came
+/// (its request-time entry), and charging them the usage would take the response's cost from a
+/// request budget (and could deny a report, which is never denied).
+fn reported_only<'r, 'd>(
+    mut limits: SmallVec<[Matched<'r, 'd>; 1]>,
+    d: &Descriptor,
+    req: &RateLimitRequest<'_>,
+) -> SmallVec<[Matched<'r, 'd>; 1]> {
+    let post_paid = |m: &Matched<'_, '_>| matches!(m.info.payment, Payment::PostPaid { .. });
+    let counted = d.hits_addend.unwrap_or(req.hits_addend) > 0;
+    if counted && limits.len() > 1 && limits.iter().any(post_paid) {
+        limits.retain(|m| post_paid(m));
+    }
+    limits
+}
+
 /// One distinct bucket of a request and what the request asks of it (`'d`: the request's
 /// descriptors, whose entries key it).
 #[derive(Debug)]
@@ -126,7 +144,7 @@ impl<'d> Plan<'d> {
             .enumerate()
             .map(|(index, d)| {
                 let limits = match matched(rules, req.domain, d) {
-                    Found::Limits(limits) => limits,
+                    Found::Limits(limits) => reported_only(limits, d, req),
                     Found::Unlimited => {
                         plan.unlimited.push(index);
                         SmallVec::new()

@@ -78,11 +78,19 @@ impl Wire for UsageService {
                     .map(|e| Entry::new(e.key.as_str(), e.value.as_str()))
                     .collect();
                 validate::check_entries(&format_args!("descriptor {i}"), &entries)?;
+                // Refused when no limit of the descriptor is post-paid; on a descriptor whose
+                // `rate_limits` mix both, the report charges the post-paid ones only.
                 if let Match::Rule(rule) = rules.match_descriptor(&req.domain, &entries)
-                    && let Limit::Limited {
-                        payment: Payment::Prepaid,
-                        ..
-                    } = rule.limit
+                    && !rules.limits_of(rule).iter().any(|l| {
+                        matches!(
+                            l.limit,
+                            Limit::Limited {
+                                payment: Payment::PostPaid { .. },
+                                ..
+                            }
+                        )
+                    })
+                    && matches!(rule.limit, Limit::Limited { .. })
                 {
                     return Err(Status::invalid_argument(format!(
                         "report {i} matches rule {} ({}:{}), which is prepaid: usage can be \

@@ -198,3 +198,52 @@ async fn bad_reports_are_refused_and_charge_nothing() {
     assert!(!answer.results[0].matched);
     assert_eq!(quota(&server, "acme").await.global_remaining, 1_000.0);
 }
+
+/// A descriptor whose `rate_limits` mix a prepaid request budget (first) and a post-paid token
+/// budget: a report is accepted and charges the tokens only, so the requests keep their budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_on_mixed_limits_charges_only_the_post_paid_ones() {
+    let server = TestServer::start(
+        r#"
+domains:
+  - domain: llm
+    descriptors:
+      - key: tenant
+        rate_limits:
+          - {name: tenant_requests, unit: minute, requests_per_unit: 3}
+          - {name: tenant_tokens, unit: minute, requests_per_unit: 100000, charge: post_paid}
+"#,
+    )
+    .await;
+    let mut usage = UsageClient::new(server.channel().await);
+    let mut rls = server.rls().await;
+    let ask = || request("llm", &[&[("tenant", "acme")]]);
+    let code = |r: sluice_proto::envoy::ratelimit::RateLimitResponse| r.overall_code;
+    let first = rls
+        .should_rate_limit(ask())
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(code(first), Code::Ok as i32);
+    let answer = usage
+        .report(report(&[(&[("tenant", "acme")], 5_000)]))
+        .await
+        .expect("a report to a descriptor with a post-paid limit is accepted")
+        .into_inner();
+    assert_eq!(answer.results[0].rule, "tenant_tokens");
+    assert_eq!(answer.results[0].remaining, 95_000);
+    for n in 2..=3 {
+        let r = rls
+            .should_rate_limit(ask())
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(code(r), Code::Ok as i32, "request {n} of 3");
+    }
+    let r = rls
+        .should_rate_limit(ask())
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(code(r), Code::OverLimit as i32, "request 4 of 3");
+}

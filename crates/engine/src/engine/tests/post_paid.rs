@@ -213,3 +213,44 @@ async fn small_reports_are_sent_in_batches_and_none_is_lost() {
     assert!((global(&e).await - (before - 2.0)).abs() < 1e-6);
     assert_eq!(usage(&e, "reported"), 48.0 + 3.0 + 4.0 + 60.0 + 60.0 + 2.0);
 }
+
+/// A descriptor whose `rate_limits` mix a prepaid request budget and a post-paid token budget:
+/// a request pays the request budget and checks the tokens; a count reported after it charges
+/// the tokens only, however large, and never the request budget (nor is it denied by it).
+#[tokio::test]
+async fn a_report_on_mixed_limits_charges_the_post_paid_ones_only() {
+    let clock = ManualClock::at(1);
+    let config = r#"
+domains:
+  - domain: d
+    descriptors:
+      - key: tenant
+        rate_limits:
+          - {name: requests, unit: minute, requests_per_unit: 3}
+          - {name: tokens, unit: minute, requests_per_unit: 1000000, charge: post_paid}
+"#;
+    let e = engine_on(
+        MemoryStore::new(clock.clone()),
+        &clock,
+        EngineSettings::default(),
+    );
+    e.swap_rules(parse_config(config).expect("config").rules);
+    let request = [d(&[("tenant", "acme")])];
+    assert_eq!(ask(&e, &request).await.overall, Code::Ok, "request 1 of 3");
+    let mut charged = 0;
+    for tokens in [10, 400, 5_000] {
+        let report = ask(&e, &[with_hits("tenant", "acme", tokens)]).await;
+        assert_eq!(report.overall, Code::Ok, "a report is never denied");
+        charged += tokens;
+        let tokens_left = report.outcomes[0].remaining;
+        assert_eq!(tokens_left, 1_000_000 - charged, "charged to the tokens");
+    }
+    // The request budget still has 2 of its 3.
+    assert_eq!(ask(&e, &request).await.overall, Code::Ok, "request 2 of 3");
+    assert_eq!(ask(&e, &request).await.overall, Code::Ok, "request 3 of 3");
+    assert_eq!(
+        ask(&e, &request).await.overall,
+        Code::OverLimit,
+        "request 4 of 3"
+    );
+}
