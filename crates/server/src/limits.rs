@@ -3,7 +3,8 @@
 //! decisions. The defaults are documented in the README ("Security").
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,8 +28,13 @@ pub struct Limits {
     pub tls_handshake_timeout: Duration,
     /// `WatchQuota` streams open at once on the whole server…
     pub max_watchers: usize,
-    /// …and on one connection.
+    /// …on one connection…
     pub max_watchers_per_connection: usize,
+    /// …and from one peer address, over all its connections.
+    pub max_watchers_per_peer: usize,
+    /// `ListQuotas` pages being listed at once: each walks every tracked key on a blocking
+    /// thread, so more would take the cores decisions need (refused beyond, counted).
+    pub max_table_scans: usize,
     /// Admin HTTP: connections open at once (more wait in the listen backlog).
     pub admin_max_connections: usize,
     /// Admin HTTP: the longest a client may take to send a request's headers, and the longest an
@@ -48,6 +54,8 @@ impl Default for Limits {
             tls_handshake_timeout: Duration::from_secs(5),
             max_watchers: 256,
             max_watchers_per_connection: 16,
+            max_watchers_per_peer: 64,
+            max_table_scans: 1,
             admin_max_connections: 64,
             admin_header_timeout: Duration::from_secs(5),
         }
@@ -63,7 +71,8 @@ pub struct Watchers {
 #[derive(Debug, Default)]
 struct WatcherCounts {
     total: usize,
-    by_peer: HashMap<Option<SocketAddr>, usize>,
+    by_connection: HashMap<Option<SocketAddr>, usize>,
+    by_ip: HashMap<Option<IpAddr>, usize>,
 }
 
 /// One open watcher; dropping it frees its place.
@@ -74,21 +83,33 @@ pub struct WatcherSlot {
 }
 
 impl Watchers {
-    /// Takes a place for a watcher from `peer`, or says which bound is reached.
+    /// Takes a place for a watcher from `peer`, or says which bound is reached (as
+    /// `sluice_refused_total`'s `bound` label, and the message for the client).
     pub fn open(
         self: &Arc<Self>,
         peer: Option<SocketAddr>,
         limits: &Limits,
-    ) -> Result<WatcherSlot, &'static str> {
+    ) -> Result<WatcherSlot, (&'static str, &'static str)> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let ip = peer.map(|p| p.ip().to_canonical());
         if open.total >= limits.max_watchers {
-            return Err("too many WatchQuota streams on this server");
+            return Err(("watchers", "too many WatchQuota streams on this server"));
         }
-        let mine = open.by_peer.entry(peer).or_default();
-        if *mine >= limits.max_watchers_per_connection {
-            return Err("too many WatchQuota streams on this connection");
+        if open.by_connection.get(&peer).copied().unwrap_or(0) >= limits.max_watchers_per_connection
+        {
+            return Err((
+                "watchers_per_connection",
+                "too many WatchQuota streams on this connection",
+            ));
         }
-        *mine += 1;
+        if open.by_ip.get(&ip).copied().unwrap_or(0) >= limits.max_watchers_per_peer {
+            return Err((
+                "watchers_per_peer",
+                "too many WatchQuota streams from this address",
+            ));
+        }
+        *open.by_connection.entry(peer).or_default() += 1;
+        *open.by_ip.entry(ip).or_default() += 1;
         open.total += 1;
         Ok(WatcherSlot {
             watchers: Arc::clone(self),
@@ -106,11 +127,49 @@ impl Drop for WatcherSlot {
     fn drop(&mut self) {
         let mut open = self.watchers.open.lock().unwrap_or_else(|p| p.into_inner());
         open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.by_peer.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                open.by_peer.remove(&self.peer);
-            }
+        release(&mut open.by_connection, &self.peer);
+        release(&mut open.by_ip, &self.peer.map(|p| p.ip().to_canonical()));
+    }
+}
+
+/// One place of `key` given back (the entry goes with its last place).
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
         }
+    }
+}
+
+/// Counts `ListQuotas` pages being listed ([`Limits::max_table_scans`]).
+#[derive(Debug, Default)]
+pub struct TableScans {
+    running: AtomicUsize,
+}
+
+/// One page being listed; dropping it frees its place.
+#[derive(Debug)]
+pub struct ScanSlot {
+    scans: Arc<TableScans>,
+}
+
+impl TableScans {
+    /// A place for one more walk of the table, or `None` while `limits.max_table_scans` run.
+    pub fn start(self: &Arc<Self>, limits: &Limits) -> Option<ScanSlot> {
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limits.max_table_scans).then_some(n + 1)
+            })
+            .ok()?;
+        Some(ScanSlot {
+            scans: Arc::clone(self),
+        })
+    }
+}
+
+impl Drop for ScanSlot {
+    fn drop(&mut self) {
+        self.scans.running.fetch_sub(1, Ordering::AcqRel);
     }
 }

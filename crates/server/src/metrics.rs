@@ -75,6 +75,10 @@ pub struct ServerMetrics {
     /// `sluice_quota_resets_total{outcome}`: `ResetQuota` calls (`ok`, `unauthenticated`,
     /// `disabled`, `not_found`, `failed`): failed attempts show someone guessing the token.
     pub resets: IntCounterVec,
+    /// `sluice_refused_total{bound}`: requests refused because a bound on what clients may
+    /// hold was reached (`table_scans`, `watchers`, `watchers_per_connection`,
+    /// `watchers_per_peer`).
+    pub refused: IntCounterVec,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
     rls: ApiSeries,
@@ -116,6 +120,13 @@ impl ServerMetrics {
             ),
             &["outcome"],
         )?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "sluice_refused_total",
+                "Requests refused because a bound on what clients may hold was reached",
+            ),
+            &["bound"],
+        )?;
         let api = |api: Api| ApiSeries {
             ok: requests.with_label_values(&[api.label(), "ok"]),
             over_limit: requests.with_label_values(&[api.label(), "over_limit"]),
@@ -130,6 +141,7 @@ impl ServerMetrics {
             latency,
             decisions,
             resets,
+            refused,
             rlqs: rlqs::RlqsMetrics::register(registry)?,
             rule_series: Arc::default(),
         };
@@ -137,6 +149,7 @@ impl ServerMetrics {
         registry.register(Box::new(m.latency.clone()))?;
         registry.register(Box::new(m.decisions.clone()))?;
         registry.register(Box::new(m.resets.clone()))?;
+        registry.register(Box::new(m.refused.clone()))?;
         Ok(m)
     }
 

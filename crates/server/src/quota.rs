@@ -215,9 +215,18 @@ impl Quota for QuotaService {
             rule: req.rule,
             prefix: req.prefix,
         };
-        // One pass over every tracked key: off the async workers, so decisions keep flowing.
+        // One pass over every tracked key: off the async workers, and one at a time, so
+        // decisions keep flowing and their cores.
+        let Some(scan) = self.state.scans.start(&self.state.limits) else {
+            let refused = &self.state.metrics.refused;
+            refused.with_label_values(&["table_scans"]).inc();
+            return Err(Status::resource_exhausted(
+                "another ListQuotas page is being listed; try again in a moment",
+            ));
+        };
         let engine = Arc::clone(&self.state.engine);
         let page = tokio::task::spawn_blocking(move || {
+            let _scan = scan;
             engine.tracked_page(&filter, after.as_deref(), size)
         })
         .await
@@ -251,7 +260,10 @@ impl Quota for QuotaService {
             .state
             .watchers
             .open(request.remote_addr(), &self.state.limits)
-            .map_err(Status::resource_exhausted)?;
+            .map_err(|(bound, why)| {
+                self.state.metrics.refused.with_label_values(&[bound]).inc();
+                Status::resource_exhausted(why)
+            })?;
         let req = request.into_inner();
         let entries = entries_of(&req.domain, &req.entries)?;
         let every = req

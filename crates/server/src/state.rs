@@ -11,7 +11,7 @@ use sluice_engine::Engine;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::limits::{Limits, Watchers};
+use crate::limits::{Limits, TableScans, Watchers};
 use crate::metrics::ServerMetrics;
 
 /// The parts of the configuration handlers read on each request, swapped whole on reload.
@@ -95,6 +95,8 @@ pub struct AppState {
     pub limits: Limits,
     /// Open `WatchQuota` streams.
     pub watchers: Arc<Watchers>,
+    /// `ListQuotas` pages being listed.
+    pub scans: Arc<TableScans>,
     /// Cancelled when shutdown begins: long-lived streams (RLQS) end and hand back what they
     /// leased.
     pub drain: CancellationToken,
@@ -120,6 +122,7 @@ impl AppState {
             background: Background::default(),
             limits: Limits::default(),
             watchers: Arc::default(),
+            scans: Arc::default(),
             drain: CancellationToken::new(),
             rlqs: crate::assignments::Streams::default(),
         }

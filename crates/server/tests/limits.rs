@@ -205,3 +205,94 @@ async fn grpc_caps_open_connections() {
         .expect("still served");
     server.stop().await.expect("clean stop");
 }
+
+/// The value of `sluice_refused_total{bound="…"}` on the admin port.
+async fn refused(server: &TestServer, bound: &str) -> f64 {
+    let (_, metrics) = server.admin_get("/metrics").await;
+    let series = format!("sluice_refused_total{{bound=\"{bound}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// One address holds at most its share of the WatchQuota streams, however many connections it
+/// opens (16 connections × 16 streams filled the server's 256).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_are_bounded_per_peer_address_across_connections() {
+    let limits = Limits {
+        max_watchers: 100,
+        max_watchers_per_connection: 3,
+        max_watchers_per_peer: 5,
+        ..Limits::default()
+    };
+    let server = TestServer::start_with_limits(CONFIG, limits).await;
+    let mut streams = Vec::new();
+    let mut refusals = Vec::new();
+    for _ in 0..3 {
+        let mut client = QuotaClient::new(server.channel().await);
+        for _ in 0..3 {
+            match client.watch_quota(watch()).await {
+                Ok(s) => streams.push(s.into_inner()),
+                Err(e) => refusals.push(e),
+            }
+        }
+    }
+    assert_eq!(streams.len(), 5, "5 from 127.0.0.1 over 3 connections");
+    assert_eq!(refusals.len(), 4);
+    for e in &refusals {
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains("from this address"), "{e}");
+    }
+    assert_eq!(refused(&server, "watchers_per_peer").await, 4.0);
+    server.stop().await.expect("clean stop");
+}
+
+/// ListQuotas pages, each a walk over every tracked key, are listed one at a time: concurrent
+/// ones are refused at once (RESOURCE_EXHAUSTED) and counted, instead of taking every core (32
+/// concurrent loops over 120 k keys pushed RLS p99 from 1.8 ms to 68 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_table_walks_are_refused_beyond_one() {
+    let server = TestServer::start(CONFIG).await;
+    for i in 0..50_000u32 {
+        let ip = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
+        let d = [sluice_core::Descriptor::of([("remote_address", ip)])];
+        server
+            .state
+            .engine
+            .decide(&sluice_engine::RateLimitRequest {
+                domain: "edge",
+                descriptors: &d,
+                hits_addend: 1,
+            })
+            .await;
+    }
+    let mut lists = Vec::new();
+    for _ in 0..12 {
+        let mut client = QuotaClient::new(server.channel().await);
+        lists.push(tokio::spawn(async move {
+            client
+                .list_quotas(sluice_proto::sluice::v1::ListQuotasRequest {
+                    page_size: 10,
+                    ..Default::default()
+                })
+                .await
+        }));
+    }
+    let (mut listed, mut busy) = (0, 0);
+    for l in lists {
+        match l.await.expect("task") {
+            Ok(page) => {
+                assert_eq!(page.into_inner().keys.len(), 10);
+                listed += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+                busy += 1;
+            }
+        }
+    }
+    assert!(listed >= 1 && busy >= 1, "{listed} listed, {busy} refused");
+    assert_eq!(refused(&server, "table_scans").await, f64::from(busy));
+    server.stop().await.expect("clean stop");
+}

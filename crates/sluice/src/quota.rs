@@ -34,17 +34,25 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             limit,
         } => {
             let mut client = reader(&target).await?;
-            let resp = client
-                .list_quotas(pb::ListQuotasRequest {
-                    domain,
-                    rule,
-                    prefix,
-                    page_size: limit,
-                    page_token: String::new(),
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
+            let request = pb::ListQuotasRequest {
+                domain,
+                rule,
+                prefix,
+                page_size: limit,
+                page_token: String::new(),
+            };
+            // One page is listed at a time per server: a refusal means another is being
+            // listed, so wait a moment and ask again (a few times).
+            let mut attempt = 0;
+            let resp = loop {
+                match client.list_quotas(request.clone()).await {
+                    Err(s) if s.code() == tonic::Code::ResourceExhausted && attempt < 5 => {
+                        attempt += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                    }
+                    other => break other.map_err(status_error)?.into_inner(),
+                }
+            };
             if target.output == Output::Json {
                 let keys: Vec<_> = resp
                     .keys
