@@ -24,8 +24,15 @@ use crate::state::AppState;
 /// stays idle that long.
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
     let limits = &state.limits;
-    let mut incoming =
-        CappedIncoming::new(listener, limits.admin_max_connections, limits.tcp_keepalive);
+    let mut incoming = CappedIncoming::new(
+        listener,
+        (
+            limits.admin_max_connections,
+            limits.admin_max_connections_per_peer,
+        ),
+        limits.tcp_keepalive,
+        state.metrics.refusals("admin_connections_per_peer"),
+    );
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,

@@ -2,12 +2,22 @@
 //! accepted only while fewer than the cap are open, so the rest wait in the kernel's listen
 //! backlog instead of each costing a connection's buffers and a task here. Envoy opens a handful
 //! of gRPC connections per worker; the caps are far above that.
+//!
+//! A cap shared by every client is one a single client can fill, so two more bounds keep one
+//! client from shutting a port: no peer address holds more than its share of the places (a
+//! connection beyond it is closed as soon as it is accepted, and counted), and on the gRPC port
+//! a connection that has not sent the HTTP/2 preface within a deadline is closed (HTTP/2 pings
+//! only start after it, so a silent TCP connection used to hold its place for good).
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
+
+use prometheus::IntCounter;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -16,11 +26,58 @@ use tokio_stream::Stream;
 use tokio_util::sync::PollSemaphore;
 use tonic::transport::server::{Connected, TcpIncoming};
 
-/// Accepted connections, at most `max` open at once.
+/// The HTTP/2 client preface (`PRI * HTTP/2.0…`): what a gRPC client sends first.
+pub const H2_PREFACE_BYTES: usize = 24;
+
+/// Accepted connections, at most `max` open at once and `per_peer` from one address.
 pub struct CappedIncoming {
     inner: TcpIncoming,
     room: PollSemaphore,
     permit: Option<OwnedSemaphorePermit>,
+    peers: Arc<Peers>,
+    /// Counts connections closed because their peer address held its share.
+    refused: IntCounter,
+    /// A connection that has not sent this many bytes by then is closed (and counted).
+    first_bytes: Option<(usize, Duration, IntCounter)>,
+}
+
+/// Open connections per peer address.
+struct Peers {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A peer's place; dropping it frees the place.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Peers {
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_default();
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl CappedIncoming {
@@ -28,14 +85,39 @@ impl CappedIncoming {
     /// ~40 ms to small gRPC answers) and TCP keepalive (a peer that vanished without a FIN is
     /// found even with HTTP/2 pings off: tonic's own keepalive setting does not apply to an
     /// incoming stream it did not bind).
-    pub fn new(listener: TcpListener, max: usize, tcp_keepalive: Duration) -> Self {
+    /// At most `per_peer` of the `max` places go to one peer address (IPv4-mapped IPv6 counted
+    /// as IPv4); beyond it a connection is closed at once, counted in `refused`.
+    pub fn new(
+        listener: TcpListener,
+        (max, per_peer): (usize, usize),
+        tcp_keepalive: Duration,
+        refused: IntCounter,
+    ) -> Self {
         Self {
             inner: TcpIncoming::from(listener)
                 .with_nodelay(Some(true))
                 .with_keepalive(Some(tcp_keepalive)),
             room: PollSemaphore::new(Arc::new(Semaphore::new(max.max(1)))),
             permit: None,
+            peers: Arc::new(Peers {
+                max: per_peer.max(1),
+                open: Mutex::default(),
+            }),
+            refused,
+            first_bytes: None,
         }
+    }
+
+    /// Closes a connection that has not sent `bytes` within `timeout` of being accepted (an
+    /// error on its next read), counted in `timed_out`.
+    pub fn first_bytes_within(
+        mut self,
+        bytes: usize,
+        timeout: Duration,
+        timed_out: IntCounter,
+    ) -> Self {
+        self.first_bytes = Some((bytes, timeout, timed_out));
+        self
     }
 }
 
@@ -50,24 +132,53 @@ impl Stream for CappedIncoming {
                 None => return Poll::Ready(None),
             }
         }
-        match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
-            Some(Ok(io)) => {
-                let permit = self.permit.take().expect("acquired above");
-                Poll::Ready(Some(Ok(Held {
-                    io,
-                    _permit: permit,
-                })))
-            }
-            Some(Err(e)) => Poll::Ready(Some(Err(e))),
-            None => Poll::Ready(None),
+        loop {
+            let io = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+                Some(Ok(io)) => io,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            };
+            let Some(peer) = io.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
+                continue;
+            };
+            let Some(slot) = self.peers.take(peer) else {
+                // Closed at once (dropped): the place stays free for other peers.
+                self.refused.inc();
+                tracing::debug!(%peer, "connection refused: this address holds its share");
+                continue;
+            };
+            let permit = self.permit.take().expect("acquired above");
+            let first_bytes =
+                self.first_bytes
+                    .as_ref()
+                    .map(|(left, timeout, timed_out)| FirstBytes {
+                        left: *left,
+                        deadline: Box::pin(tokio::time::sleep(*timeout)),
+                        timed_out: timed_out.clone(),
+                    });
+            return Poll::Ready(Some(Ok(Held {
+                io,
+                first_bytes,
+                _peer: slot,
+                _permit: permit,
+            })));
         }
     }
 }
 
-/// An accepted connection holding its place until it is closed.
+/// An accepted connection holding its places until it is closed.
 pub struct Held {
     io: TcpStream,
+    /// Until the first bytes came: how many are still due, and by when.
+    first_bytes: Option<FirstBytes>,
+    _peer: PeerSlot,
     _permit: OwnedSemaphorePermit,
+}
+
+struct FirstBytes {
+    left: usize,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timed_out: IntCounter,
 }
 
 impl Connected for Held {
@@ -84,7 +195,33 @@ impl AsyncRead for Held {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let Some(due) = &mut self.first_bytes else {
+            return polled;
+        };
+        match &polled {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len() - before;
+                due.left = due.left.saturating_sub(read);
+                // All came, or the peer closed: no deadline any more.
+                if due.left == 0 || read == 0 {
+                    self.first_bytes = None;
+                }
+            }
+            Poll::Ready(Err(_)) => {}
+            Poll::Pending => {
+                if due.deadline.as_mut().poll(cx).is_ready() {
+                    due.timed_out.inc();
+                    self.first_bytes = None;
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no HTTP/2 preface within the handshake deadline",
+                    )));
+                }
+            }
+        }
+        polled
     }
 }
 

@@ -11,8 +11,13 @@ use std::time::Duration;
 /// Limits of the gRPC and admin ports.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// gRPC: connections open at once (more wait in the listen backlog).
+    /// gRPC: connections open at once (more wait in the listen backlog)…
     pub max_connections: usize,
+    /// …and from one peer address (more are closed as soon as they are accepted).
+    pub max_connections_per_peer: usize,
+    /// gRPC: the longest a new connection may take to send the HTTP/2 preface (it is closed
+    /// then): a silent connection would otherwise hold its place for good.
+    pub preface_timeout: Duration,
     /// gRPC and admin: TCP keepalive idle time on accepted connections.
     pub tcp_keepalive: Duration,
     /// gRPC: concurrent HTTP/2 streams one connection may open (Envoy queues beyond it).
@@ -35,8 +40,11 @@ pub struct Limits {
     /// `ListQuotas` pages being listed at once: each walks every tracked key on a blocking
     /// thread, so more would take the cores decisions need (refused beyond, counted).
     pub max_table_scans: usize,
-    /// Admin HTTP: connections open at once (more wait in the listen backlog).
+    /// Admin HTTP: connections open at once (more wait in the listen backlog)…
     pub admin_max_connections: usize,
+    /// …and from one peer address, so that one client's half-sent requests cannot keep the
+    /// kubelet's probes waiting.
+    pub admin_max_connections_per_peer: usize,
     /// Admin HTTP: the longest a client may take to send a request's headers, and the longest an
     /// idle keep-alive connection stays open.
     pub admin_header_timeout: Duration,
@@ -46,6 +54,8 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 256,
+            max_connections_per_peer: 128,
+            preface_timeout: Duration::from_secs(5),
             tcp_keepalive: Duration::from_secs(60),
             max_concurrent_streams: 1_024,
             request_timeout: Duration::from_secs(10),
@@ -57,6 +67,7 @@ impl Default for Limits {
             max_watchers_per_peer: 64,
             max_table_scans: 1,
             admin_max_connections: 64,
+            admin_max_connections_per_peer: 16,
             admin_header_timeout: Duration::from_secs(5),
         }
     }

@@ -75,9 +75,10 @@ pub struct ServerMetrics {
     /// `sluice_quota_resets_total{outcome}`: `ResetQuota` calls (`ok`, `unauthenticated`,
     /// `disabled`, `not_found`, `failed`): failed attempts show someone guessing the token.
     pub resets: IntCounterVec,
-    /// `sluice_refused_total{bound}`: requests refused because a bound on what clients may
-    /// hold was reached (`table_scans`, `watchers`, `watchers_per_connection`,
-    /// `watchers_per_peer`).
+    /// `sluice_refused_total{bound}`: connections closed and requests refused because a bound on
+    /// what one client may hold was reached (`grpc_connections_per_peer`,
+    /// `grpc_preface_timeout`, `admin_connections_per_peer`, `table_scans`, `watchers`,
+    /// `watchers_per_connection`, `watchers_per_peer`).
     pub refused: IntCounterVec,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
@@ -151,6 +152,11 @@ impl ServerMetrics {
         registry.register(Box::new(m.resets.clone()))?;
         registry.register(Box::new(m.refused.clone()))?;
         Ok(m)
+    }
+
+    /// The `sluice_refused_total` counter of `bound`.
+    pub fn refusals(&self, bound: &str) -> IntCounter {
+        self.refused.with_label_values(&[bound])
     }
 
     /// Counts a request of `api` that ended without a decision, as `code` (`invalid`,

@@ -218,8 +218,7 @@ impl Quota for QuotaService {
         // One pass over every tracked key: off the async workers, and one at a time, so
         // decisions keep flowing and their cores.
         let Some(scan) = self.state.scans.start(&self.state.limits) else {
-            let refused = &self.state.metrics.refused;
-            refused.with_label_values(&["table_scans"]).inc();
+            self.state.metrics.refusals("table_scans").inc();
             return Err(Status::resource_exhausted(
                 "another ListQuotas page is being listed; try again in a moment",
             ));
@@ -261,7 +260,7 @@ impl Quota for QuotaService {
             .watchers
             .open(request.remote_addr(), &self.state.limits)
             .map_err(|(bound, why)| {
-                self.state.metrics.refused.with_label_values(&[bound]).inc();
+                self.state.metrics.refusals(bound).inc();
                 Status::resource_exhausted(why)
             })?;
         let req = request.into_inner();

@@ -146,7 +146,17 @@ pub async fn serve(
         .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))));
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s
     // instead of tens of thousands), and at most `max_connections` open.
-    let incoming = CappedIncoming::new(grpc, limits.max_connections, limits.tcp_keepalive);
+    let incoming = CappedIncoming::new(
+        grpc,
+        (limits.max_connections, limits.max_connections_per_peer),
+        limits.tcp_keepalive,
+        state.metrics.refusals("grpc_connections_per_peer"),
+    )
+    .first_bytes_within(
+        crate::incoming::H2_PREFACE_BYTES,
+        limits.preface_timeout,
+        state.metrics.refusals("grpc_preface_timeout"),
+    );
     let grpc_server = router.serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned());
     tokio::pin!(grpc_server);
 

@@ -296,3 +296,78 @@ async fn concurrent_table_walks_are_refused_beyond_one() {
     assert_eq!(refused(&server, "table_scans").await, f64::from(busy));
     server.stop().await.expect("clean stop");
 }
+
+/// `n` plain TCP connections to `addr` from 127.0.0.2 that send `first` and then nothing.
+async fn silent_from_another_address(
+    addr: std::net::SocketAddr,
+    n: usize,
+    first: &[u8],
+) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.2:0".parse().expect("addr"))
+            .expect("bind");
+        let mut s = socket.connect(addr).await.expect("connect");
+        s.write_all(first).await.expect("write");
+        held.push(s);
+    }
+    held
+}
+
+/// Silent TCP connections (no HTTP/2 preface) cannot shut the gRPC port: one address holds at
+/// most its share of the places, and each is closed after the preface deadline (300 of them
+/// used to hold every place for good), so another client is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_cannot_shut_the_grpc_port() {
+    let limits = Limits {
+        max_connections: 16,
+        max_connections_per_peer: 8,
+        preface_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = TestServer::start_with_limits(CONFIG, limits).await;
+    let mut silent = silent_from_another_address(server.grpc, 40, b"").await;
+    let started = Instant::now();
+    let mut health = HealthClient::new(server.channel().await);
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        health.check(HealthCheckRequest::default()),
+    )
+    .await
+    .expect("served within a second")
+    .expect("answered");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, Duration::from_secs(2)).await,
+            "silent connection {i} still open"
+        );
+    }
+    assert_eq!(refused(&server, "grpc_preface_timeout").await, 8.0);
+    assert_eq!(refused(&server, "grpc_connections_per_peer").await, 32.0);
+    server.stop().await.expect("clean stop");
+}
+
+/// Half-sent requests from one address cannot keep the admin port's probes waiting: that address
+/// holds at most its share of the places (70 such connections stalled `/healthz` for 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_requests_cannot_stall_the_admin_port() {
+    let limits = Limits {
+        admin_max_connections: 8,
+        admin_max_connections_per_peer: 4,
+        ..Limits::default()
+    };
+    let server = TestServer::start_with_limits(CONFIG, limits).await;
+    let _held = silent_from_another_address(server.admin, 70, b"GET /metr").await;
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let started = Instant::now();
+        let (status, _) = server.admin_get(path).await;
+        assert_eq!(status, 200, "{path}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "{path} took {took:?}");
+    }
+    assert!(refused(&server, "admin_connections_per_peer").await >= 66.0);
+    server.stop().await.expect("clean stop");
+}
