@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use sluice_core::ConfigError;
+use sluice_core::config::fs::read_regular_file;
+use sluice_core::config::reader::MAX_FILE_BYTES;
 use sluice_core::config::{Config, load_config};
 use sluice_core::hash::{FNV_OFFSET, fnv1a};
 use tokio_util::sync::CancellationToken;
@@ -94,7 +96,16 @@ pub async fn watch(
     stop: CancellationToken,
 ) {
     metrics.rules.set(state.engine.rules().rules().len() as i64);
-    let mut seen = fingerprint(&options.path, &options.files);
+    let mut seen = match off_the_workers(&stop, {
+        let (path, files) = (options.path.clone(), options.files.clone());
+        move || fingerprint(&path, &files)
+    })
+    .await
+    {
+        Ran::Done(seen) => seen,
+        Ran::Failed => 0,
+        Ran::Stopped => return,
+    };
     let mut last_error: Option<String> = None;
     let mut tick = tokio::time::interval(options.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -105,16 +116,25 @@ pub async fn watch(
             _ = tick.tick() => {}
         }
         polls += 1;
-        let now = fingerprint(&options.path, &options.files);
+        let (path, files) = (options.path.clone(), options.files.clone());
+        let now = match off_the_workers(&stop, move || fingerprint(&path, &files)).await {
+            Ran::Done(now) => now,
+            Ran::Failed => continue,
+            Ran::Stopped => return,
+        };
         // Every 10th poll loads anyway, to notice new files matching an include glob.
         if now == seen && !polls.is_multiple_of(10) {
             continue;
         }
         seen = now;
         let (path, load) = (options.path.clone(), options.load);
-        let loaded = tokio::task::spawn_blocking(move || load(&path)).await;
+        let loaded = match off_the_workers(&stop, move || load(&path)).await {
+            Ran::Done(loaded) => loaded,
+            Ran::Failed => continue,
+            Ran::Stopped => return,
+        };
         match loaded {
-            Ok(Ok(config)) => {
+            Ok(config) => {
                 last_error = None;
                 if config.version == state.runtime.load().version {
                     continue;
@@ -133,7 +153,7 @@ pub async fn watch(
                 metrics.reloads.with_label_values(&["ok"]).inc();
                 tracing::info!(version = %version, rules, "configuration reloaded");
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 let message = e.to_string();
                 if last_error.as_deref() != Some(message.as_str()) {
                     metrics.reloads.with_label_values(&["error"]).inc();
@@ -141,8 +161,34 @@ pub async fn watch(
                     last_error = Some(message);
                 }
             }
-            Err(e) => tracing::error!(error = %e, "config reload task failed"),
         }
+    }
+}
+
+/// What a read of the config off the async workers came to.
+enum Ran<T> {
+    Done(T),
+    /// The task panicked (logged).
+    Failed,
+    /// Shutdown began first: it never waits for a read of the config.
+    Stopped,
+}
+
+/// Runs `f` on a blocking thread, so a slow file system never holds an async worker, and stops
+/// waiting for it at shutdown.
+async fn off_the_workers<T: Send + 'static>(
+    stop: &CancellationToken,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Ran<T> {
+    tokio::select! {
+        _ = stop.cancelled() => Ran::Stopped,
+        r = tokio::task::spawn_blocking(f) => match r {
+            Ok(done) => Ran::Done(done),
+            Err(e) => {
+                tracing::error!(error = %e, "config reload task failed");
+                Ran::Failed
+            }
+        },
     }
 }
 
@@ -152,6 +198,7 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
     let mut eat = |bytes: &[u8]| h = fnv1a(h, bytes);
     if let Ok(entries) = std::fs::read_dir(path) {
         let mut names: Vec<_> = entries
+            .take(sluice_core::config::reader::MAX_DIR_ENTRIES + 1)
             .filter_map(Result::ok)
             .map(|e| e.file_name())
             .collect();
@@ -162,7 +209,7 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
     }
     for f in files {
         eat(f.as_os_str().as_encoded_bytes());
-        match std::fs::read(f) {
+        match read_regular_file(f, MAX_FILE_BYTES) {
             Ok(content) => eat(&content),
             Err(_) => eat(b"\0missing"),
         }

