@@ -77,3 +77,54 @@ async fn a_second_api_key_header_does_not_buy_a_fresh_bucket() {
         assert!(!allowed(format!("victim,junk{n}")).await, "junk{n}");
     }
 }
+
+/// ext_authz requests carrying MiBs of headers are decided like any other (a 3 MiB API key is
+/// a digest in the key), and one over gRPC's 4 MiB message bound is refused before any work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mibs_of_headers_are_decided_or_refused_never_a_crash() {
+    let server = TestServer::start(CONFIG).await;
+    let mut authz = server.authz().await;
+    let huge_key = "k".repeat(3 << 20);
+    for n in 0..4 {
+        let resp = authz
+            .check(check_request(&[("x-api-key", huge_key.as_str())]))
+            .await
+            .expect("a 3 MiB header is decided")
+            .into_inner();
+        let allowed = matches!(resp.http_response, Some(HttpResponse::OkResponse(_)));
+        assert_eq!(allowed, n < 3, "request {n}: 3 a minute for that key");
+    }
+    let filler: Vec<(String, String)> = (0..3_000)
+        .map(|i| (format!("x-filler-{i}"), "f".repeat(1_000)))
+        .collect();
+    let mut many: Vec<(&str, &str)> = filler
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    many.push(("x-api-key", "someone"));
+    let resp = authz
+        .check(check_request(&many))
+        .await
+        .expect("3 000 headers are decided");
+    assert!(matches!(
+        resp.into_inner().http_response,
+        Some(HttpResponse::OkResponse(_))
+    ));
+    let too_big = "k".repeat(5 << 20);
+    let refused = authz
+        .check(check_request(&[("x-api-key", too_big.as_str())]))
+        .await
+        .expect_err("over the 4 MiB message bound");
+    assert!(
+        matches!(
+            refused.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{refused}"
+    );
+    let (_, keys) = server.admin_get("/metrics").await;
+    assert!(
+        keys.contains("sluice_tracked_keys 2"),
+        "two keys, each bounded: {keys}"
+    );
+}
