@@ -49,6 +49,9 @@ pub struct RedisStore {
     instance_id: String,
     live: AtomicU64,
     metrics: RedisMetrics,
+    /// When an error of one key was last logged (ms since `started`): at most one a second.
+    key_error_logged: AtomicU64,
+    started: std::time::Instant,
     /// The probe and heartbeat tasks: [`shutdown`](RedisStore::shutdown) stops and awaits them.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -107,6 +110,8 @@ impl RedisStore {
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,
+            key_error_logged: AtomicU64::new(0),
+            started: std::time::Instant::now(),
             tasks,
             stop,
         });

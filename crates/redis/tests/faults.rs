@@ -102,3 +102,44 @@ async fn a_restarted_redis_is_used_again_and_sluice_starts_while_redis_is_down()
     }
     assert!(ok, "decisions use Redis again after it returns");
 }
+
+/// One bucket key that is not a bucket (`SET` to a string by hand) fails its own calls only:
+/// its rule's fallback applies to that key, the breaker stays closed, and every other key keeps
+/// leasing (three WRONGTYPE errors used to take the whole sidecar off Redis, again after every
+/// probe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_key_fails_alone_and_never_opens_the_breaker() {
+    let redis = common::Standalone::start().await;
+    let metrics = RedisMetrics::unregistered();
+    let store = RedisStore::start(common::standalone_settings(&redis.url()), metrics.clone())
+        .expect("store");
+    common::wait_connected(&store).await;
+    let client = redis::Client::open(redis.url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let corrupt = "sluice:{corrupt}:k=v";
+    let _: () = redis::cmd("SET")
+        .arg(corrupt)
+        .arg("not a bucket")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let rate = sluice_core::bucket::Rate::per_unit(10, sluice_core::unit::Unit::Second);
+    for _ in 0..10 {
+        let failed = store
+            .lease(corrupt, rate, 1)
+            .await
+            .expect_err("not a bucket");
+        assert!(failed.to_string().contains("WRONGTYPE"), "{failed}");
+    }
+    assert!(!store.degraded(), "one key's errors opened the breaker");
+    assert_eq!(metrics.breaker_opens.get(), 0);
+    assert_eq!(metrics.degraded.get(), 0);
+    let granted = store
+        .lease("sluice:{fine}:k=v", rate, 3)
+        .await
+        .expect("other keys lease");
+    assert_eq!(granted.granted, 3);
+}

@@ -139,6 +139,25 @@ impl RedisStore {
         self.settle(answer)
     }
 
+    /// Logs an error of one key (a corrupt key, a script failing on its data), at most once a
+    /// second: a hot corrupt key fails every call.
+    fn log_key_error(&self, e: &RedisError) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.started.elapsed().as_millis() as u64 + 1_000;
+        let last = self.key_error_logged.load(Relaxed);
+        if now >= last + 1_000
+            && self
+                .key_error_logged
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                error = %super::errors::safe(e),
+                "a Redis call failed on its key's data (its rule's fallback applies; the breaker stays closed); at most one such line a second"
+            );
+        }
+    }
+
     /// Counts a call's outcome in the circuit breaker and maps its error.
     fn settle<T>(
         &self,
@@ -149,13 +168,17 @@ impl RedisStore {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 trips = trips_breaker(&e);
+                if !trips && e.code() != Some("NOSCRIPT") {
+                    self.log_key_error(&e);
+                }
                 Err(classify(&e))
             }
             Err(e) => Err(e),
         };
         match &result {
             Ok(_) => self.breaker.success(),
-            // Redis answered: it is up, only this call failed.
+            // Redis answered: it is up, only this call failed (counted by the engine as
+            // `sluice_store_calls_total{outcome="error"}`; its key gets its fallback).
             Err(_) if !trips => {}
             Err(e) => {
                 if self.breaker.failure() {

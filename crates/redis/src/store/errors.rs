@@ -39,11 +39,29 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
     }
 }
 
-/// Whether an error says Redis may be down (and counts toward opening the breaker). A script that
-/// Redis no longer knows (NOSCRIPT: restarted or failed over, and the reload raced) is an answer
-/// from a Redis that is up: the next call loads the script again.
+/// Whether an error says Redis may be down (and counts toward opening the breaker): no answer in
+/// time, a connection that failed, or a store-wide state (a cluster down or resharding, a node
+/// loading, busy or read-only). Any other error is Redis answering for one call: a key whose
+/// data is not a bucket (WRONGTYPE: `SET` by hand, or by another program), a script failing on
+/// that key's data, a script Redis no longer knows (NOSCRIPT: the next call loads it again).
+/// That call fails alone (its key gets its rule's fallback, counted and logged); one corrupt
+/// key must not take every key off Redis, again after every probe.
 pub(super) fn trips_breaker(e: &RedisError) -> bool {
-    e.code() != Some("NOSCRIPT")
+    const STORE_WIDE: &[&str] = &[
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MASTERDOWN",
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "MOVED",
+        "ASK",
+    ];
+    e.is_timeout()
+        || e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.code().is_some_and(|c| STORE_WIDE.contains(&c))
 }
 
 /// An error's text without anything that could carry credentials.
@@ -68,5 +86,21 @@ mod tests {
         assert!(matches!(classify(&noscript), StoreError::Unavailable(_)));
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert!(trips_breaker(&io));
+    }
+
+    #[test]
+    fn errors_of_one_key_never_open_the_breaker_and_store_wide_ones_do() {
+        let server = |kind, code: &'static str| {
+            RedisError::from((ErrorKind::Server(kind), code, format!("{code} detail")))
+        };
+        let wrongtype = server(ServerErrorKind::ResponseError, "WRONGTYPE");
+        assert!(!trips_breaker(&wrongtype), "{wrongtype:?}");
+        assert!(matches!(classify(&wrongtype), StoreError::Protocol(_)));
+        let script = server(ServerErrorKind::ResponseError, "ERR");
+        assert!(!trips_breaker(&script), "{script:?}");
+        let down = server(ServerErrorKind::ClusterDown, "CLUSTERDOWN");
+        assert!(trips_breaker(&down), "{down:?}");
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(trips_breaker(&timeout));
     }
 }
