@@ -75,7 +75,7 @@ impl Debts {
             }
             let queued = || Queued {
                 bucket: Arc::clone(&charge.bucket),
-                store_key: Arc::clone(charge.store_key()),
+                store_key: Arc::from(charge.store_key()),
                 max_debt,
             };
             let due = self.take_due(

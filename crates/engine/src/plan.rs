@@ -68,9 +68,9 @@ pub(crate) struct Charge<'d> {
     /// The entries the bucket is keyed by: a descriptor's own, or `share_threshold` patterns
     /// standing for its values.
     pub(crate) entries: Cow<'d, [Entry]>,
-    /// The global store's key, made by the first store call that needs it and shared by every
-    /// later one (background work included, which so carries no descriptors).
-    store_key: OnceLock<Arc<str>>,
+    /// The global store's key, made by the first store call that needs it and used by every
+    /// later one (background work takes a copy, and so carries no descriptors).
+    store_key: OnceLock<String>,
     /// The store's state for this bucket, updated by the lease calls.
     pub(crate) store: StoreStatus,
 }
@@ -78,10 +78,9 @@ pub(crate) struct Charge<'d> {
 impl Charge<'_> {
     /// The global store's key of this bucket, made once per request (most decisions never ask:
     /// their lease covers them).
-    pub(crate) fn store_key(&self) -> &Arc<str> {
-        self.store_key.get_or_init(|| {
-            key::store_key(self.bucket.identity, key::Values::Sent(&self.entries)).into()
-        })
+    pub(crate) fn store_key(&self) -> &str {
+        self.store_key
+            .get_or_init(|| key::store_key(self.bucket.identity, key::Values::Sent(&self.entries)))
     }
 
     /// The ledger's view of this charge (with `instances` sharing the limit if the store is down).

@@ -24,7 +24,7 @@ impl Leaser {
             return;
         };
         // Made only once a refill will really run (the key's store call is not already in flight).
-        let store_key = Arc::clone(charge.store_key());
+        let store_key: Arc<str> = Arc::from(charge.store_key());
         let bucket = Arc::clone(bucket);
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
@@ -64,13 +64,13 @@ impl Leaser {
     pub(crate) fn close_window_later(
         self: &Arc<Self>,
         bucket: &LeaseBucket,
-        store_key: &Arc<str>,
+        store_key: &str,
         window: u64,
     ) {
         let Some(handle) = self.background_handle() else {
             return;
         };
-        let store_key = Arc::clone(store_key);
+        let store_key: Arc<str> = Arc::from(store_key);
         let rate = bucket.rate;
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
