@@ -43,6 +43,22 @@ async fn wait_for_limit(client: &mut RateLimitServiceClient<Channel>, want: u32)
     }
 }
 
+/// Waits (at most 5 s) until `/metrics` counts one rejected reload, of `what`.
+async fn wait_for_rejected_reload(sluice: &sluice_testkit::process::Sluice, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
+        if metrics.contains(r#"sluice_config_reloads_total{outcome="error"} 1"#) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} was not rejected:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn write_atomically(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
@@ -65,18 +81,7 @@ async fn an_edit_applies_without_restart_and_a_broken_edit_is_rejected() {
         &sluice.config_path(),
         &config(7).replace("minute", "fortnight"),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
-        if metrics.contains(r#"sluice_config_reloads_total{outcome="error"} 1"#) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the broken edit was not reported:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_rejected_reload(&sluice, "the broken edit").await;
     assert_eq!(
         limit_now(&mut client, "b").await,
         7,
@@ -169,18 +174,7 @@ async fn a_fifo_in_place_of_the_config_neither_wedges_reload_nor_shutdown() {
         .expect("mkfifo");
     assert!(made.success());
     std::fs::rename(&fifo, &path).expect("swap in the FIFO");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
-        if metrics.contains(r#"sluice_config_reloads_total{outcome="error"} 1"#) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the FIFO was not rejected:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_rejected_reload(&sluice, "the FIFO").await;
     assert_eq!(limit_now(&mut client, "a").await, 2, "the old config stays");
     write_atomically(&path, &config(5));
     wait_for_limit(&mut client, 5).await;

@@ -11,27 +11,30 @@ pub(super) fn retry_alone(code: &str) -> bool {
     matches!(code, "NOSCRIPT" | "MOVED" | "ASK" | "TRYAGAIN")
 }
 
+/// Error codes of a Redis (or cluster) state that passes and concerns every key: a cluster down
+/// or resharding, a node loading, busy or read-only.
+const STORE_WIDE: &[&str] = &[
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "MOVED",
+    "ASK",
+];
+
 /// Maps a Redis error to the engine's kinds. Cluster states that pass (CLUSTERDOWN during
 /// failover, TRYAGAIN and ASK/MOVED storms during resharding, LOADING after a restart) are
 /// `Unavailable`, so rules fall back and the breaker can open; anything else is a protocol error.
 pub(super) fn classify(e: &RedisError) -> StoreError {
-    const TRANSIENT: &[&str] = &[
-        "NOSCRIPT",
-        "CLUSTERDOWN",
-        "TRYAGAIN",
-        "MASTERDOWN",
-        "LOADING",
-        "BUSY",
-        "READONLY",
-        "MOVED",
-        "ASK",
-    ];
     if e.is_timeout() {
         StoreError::Timeout
     } else if e.is_io_error()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
-        || e.code().is_some_and(|c| TRANSIENT.contains(&c))
+        || e.code()
+            .is_some_and(|c| c == "NOSCRIPT" || STORE_WIDE.contains(&c))
     {
         StoreError::Unavailable(safe(e))
     } else {
@@ -47,16 +50,6 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
 /// That call fails alone (its key gets its rule's fallback, counted and logged); one corrupt
 /// key must not take every key off Redis, again after every probe.
 pub(super) fn trips_breaker(e: &RedisError) -> bool {
-    const STORE_WIDE: &[&str] = &[
-        "CLUSTERDOWN",
-        "TRYAGAIN",
-        "MASTERDOWN",
-        "LOADING",
-        "BUSY",
-        "READONLY",
-        "MOVED",
-        "ASK",
-    ];
     e.is_timeout()
         || e.is_io_error()
         || e.is_connection_refusal()
