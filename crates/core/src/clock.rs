@@ -82,3 +82,49 @@ impl Clock for ManualClock {
         self.micros.load(Ordering::SeqCst)
     }
 }
+
+/// At most one of something per period (a log line a second, say), across threads: given the
+/// time, says whether this one may go. The first always may. It reads no clock itself: callers
+/// pass the time they already have (the engine's clock, an `Instant`'s elapsed time).
+#[derive(Debug, Default)]
+pub struct Throttle {
+    /// When the last one went, plus 1, in the caller's microseconds (0: never).
+    last: AtomicU64,
+}
+
+impl Throttle {
+    /// Whether one may go at `now_micros`, at least `period_micros` after the last that went.
+    /// Of concurrent callers at the same moment, one wins.
+    pub fn allow(&self, now_micros: u64, period_micros: u64) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        (last == 0 || now_micros.saturating_sub(last - 1) >= period_micros)
+            && self
+                .last
+                .compare_exchange(
+                    last,
+                    now_micros.saturating_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Throttle;
+
+    #[test]
+    fn a_throttle_lets_one_go_per_period_and_the_first_at_once() {
+        let t = Throttle::default();
+        assert!(t.allow(0, 1_000_000), "the first, even at time 0");
+        assert!(!t.allow(999_999, 1_000_000));
+        assert!(t.allow(1_000_000, 1_000_000));
+        assert!(!t.allow(1_500_000, 1_000_000));
+        assert!(
+            !t.allow(10, 1_000_000),
+            "time going back lets nothing through"
+        );
+        assert!(t.allow(2_000_000, 1_000_000));
+    }
+}

@@ -30,7 +30,7 @@ pub mod schema;
 pub mod unit;
 pub mod window;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, Throttle};
 pub use config::{ConfigError, load_config, parse_config};
 pub use descriptor::{Descriptor, Entry};
 pub use rules::{Rule, RuleSet};

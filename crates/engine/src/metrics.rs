@@ -29,7 +29,7 @@ pub struct EngineMetrics {
     /// were denied as `no_room_for_key`.
     pub keys_refused: IntCounter,
     /// When a refusal was last logged (µs): at most one line a second.
-    refusal_logged_at: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    refusal_log: std::sync::Arc<sluice_core::Throttle>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
     ops: [OpSeries; 6],
@@ -130,7 +130,7 @@ impl EngineMetrics {
             latency: store_latency.with_label_values(&[op]),
         });
         let m = Self {
-            refusal_logged_at: std::sync::Arc::default(),
+            refusal_log: std::sync::Arc::default(),
             ops,
             granted: lease_tokens.with_label_values(&["granted"]),
             returned: lease_tokens.with_label_values(&["returned"]),
@@ -166,15 +166,8 @@ impl EngineMetrics {
     /// Counts a new key refused for want of room (`where_`: `table` or `store`) at `now` (µs),
     /// and logs it at most once a second.
     pub fn key_refused(&self, where_: &'static str, now: u64) {
-        use std::sync::atomic::Ordering;
         self.keys_refused.inc();
-        let last = self.refusal_logged_at.load(Ordering::Relaxed);
-        if (last == 0 || now.saturating_sub(last) >= 1_000_000)
-            && self
-                .refusal_logged_at
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.refusal_log.allow(now, 1_000_000) {
             tracing::warn!(
                 r#where = where_,
                 refused_total = self.keys_refused.get(),

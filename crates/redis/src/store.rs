@@ -49,8 +49,8 @@ pub struct RedisStore {
     instance_id: String,
     live: AtomicU64,
     metrics: RedisMetrics,
-    /// When an error of one key was last logged (ms since `started`): at most one a second.
-    key_error_logged: AtomicU64,
+    /// Errors of one key are logged at most once a second (µs since `started`).
+    key_error_log: sluice_core::Throttle,
     started: std::time::Instant,
     /// The probe and heartbeat tasks: [`shutdown`](RedisStore::shutdown) stops and awaits them.
     tasks: TaskTracker,
@@ -110,7 +110,7 @@ impl RedisStore {
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,
-            key_error_logged: AtomicU64::new(0),
+            key_error_log: sluice_core::Throttle::default(),
             started: std::time::Instant::now(),
             tasks,
             stop,

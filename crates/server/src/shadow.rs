@@ -1,35 +1,30 @@
 //! Dry runs: the global `shadow_mode` switch, and sampled logs of would-deny decisions.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use sluice_core::Throttle;
 use sluice_engine::{Code, Decision};
 
 /// At most one would-deny log line per second, so a dry run cannot flood the logs.
 #[derive(Debug)]
 pub struct ShadowLog {
     origin: Instant,
-    last_ms: AtomicU64,
+    throttle: Throttle,
 }
 
 impl Default for ShadowLog {
     fn default() -> Self {
         Self {
             origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
+            throttle: Throttle::default(),
         }
     }
 }
 
 impl ShadowLog {
     fn sample(&self) -> bool {
-        let now = self.origin.elapsed().as_millis() as u64 + 1_000;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        now >= last + 1_000
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        let now = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.throttle.allow(now, 1_000_000)
     }
 }
 

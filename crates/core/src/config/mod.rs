@@ -9,7 +9,7 @@
 //! - [`model`]: the serde model of both file kinds (sluice config and envoyproxy/ratelimit
 //!   domain files): [`crate::schema`].
 //! - [`duration`]: human-readable durations (`100ms`, `1s`, `10m`): `schema::duration`.
-//! - [`source`]: the [`ConfigReader`] of files and environment variables the loader reads from, and
+//! - [`reader`]: the [`ConfigReader`] of files and environment variables the loader reads from, and
 //!   [`MemReader`] for configs held in memory.
 //! - [`fs`]: [`FsReader`], the real file system and environment: the only I/O in this crate
 //!   besides the system clock.

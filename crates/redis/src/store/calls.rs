@@ -142,15 +142,8 @@ impl RedisStore {
     /// Logs an error of one key (a corrupt key, a script failing on its data), at most once a
     /// second: a hot corrupt key fails every call.
     fn log_key_error(&self, e: &RedisError) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let now = self.started.elapsed().as_millis() as u64 + 1_000;
-        let last = self.key_error_logged.load(Relaxed);
-        if now >= last + 1_000
-            && self
-                .key_error_logged
-                .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_ok()
-        {
+        let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if self.key_error_log.allow(now, 1_000_000) {
             tracing::warn!(
                 error = %super::errors::safe(e),
                 "a Redis call failed on its key's data (its rule's fallback applies; the breaker stays closed); at most one such line a second"

@@ -30,12 +30,7 @@ const STORE_WIDE: &[&str] = &[
 pub(super) fn classify(e: &RedisError) -> StoreError {
     if e.is_timeout() {
         StoreError::Timeout
-    } else if e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
-        || e.code()
-            .is_some_and(|c| c == "NOSCRIPT" || STORE_WIDE.contains(&c))
-    {
+    } else if store_wide(e) || e.code() == Some("NOSCRIPT") {
         StoreError::Unavailable(safe(e))
     } else {
         StoreError::Protocol(safe(e))
@@ -50,8 +45,12 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
 /// That call fails alone (its key gets its rule's fallback, counted and logged); one corrupt
 /// key must not take every key off Redis, again after every probe.
 pub(super) fn trips_breaker(e: &RedisError) -> bool {
-    e.is_timeout()
-        || e.is_io_error()
+    e.is_timeout() || store_wide(e)
+}
+
+/// A failed connection, or a store-wide state ([`STORE_WIDE`]).
+fn store_wide(e: &RedisError) -> bool {
+    e.is_io_error()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
         || e.code().is_some_and(|c| STORE_WIDE.contains(&c))
