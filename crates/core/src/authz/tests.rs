@@ -164,8 +164,8 @@ fn client_addresses_are_parsed_and_canonical() {
     assert_eq!(client(&plan, None, "2001:0db8::0001"), "2001:db8::1");
 }
 
-/// The tier descriptor's API key, for a request with `headers` and `path`.
-fn key_of(plan: &AuthzPlan, headers: &[(&str, &str)], path: &str) -> Option<String> {
+/// A request for `path` with `headers`.
+fn request(headers: &[(&str, &str)], path: &str) -> Req {
     let mut req = Req {
         path: path.into(),
         ..Req::default()
@@ -173,7 +173,12 @@ fn key_of(plan: &AuthzPlan, headers: &[(&str, &str)], path: &str) -> Option<Stri
     for (k, v) in headers {
         req.headers.insert((*k).into(), (*v).into());
     }
-    plan.descriptors(&req)
+    req
+}
+
+/// The tier descriptor's API key, for a request with `headers` and `path`.
+fn key_of(plan: &AuthzPlan, headers: &[(&str, &str)], path: &str) -> Option<String> {
+    plan.descriptors(&request(headers, path))
         .iter()
         .find(|d| d.entries[0].key == "tier")
         .map(|d| d.entries[0].value.clone())
@@ -297,16 +302,9 @@ authz:
     - [{key: tenant, from: {header: x-tenant}}]
 "#;
     let plan = plan(config);
-    let values = |headers: &[(&str, &str)], path: &str| {
-        let mut req = Req {
-            path: path.into(),
-            ..Req::default()
-        };
-        for (k, v) in headers {
-            req.headers.insert((*k).into(), (*v).into());
-        }
-        let got: Vec<(String, String)> = plan.descriptors(&req).iter().flat_map(pairs).collect();
-        got
+    let values = |headers: &[(&str, &str)], path: &str| -> Vec<(String, String)> {
+        let req = request(headers, path);
+        plan.descriptors(&req).iter().flat_map(pairs).collect()
     };
     let victim = values(&[("x-api-key", "victim"), ("x-tenant", "acme")], "/");
     assert_eq!(victim[0].1, digest("victim"));
