@@ -71,12 +71,7 @@ impl Peers {
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let mut open = self.peers.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
+        crate::limits::release(&mut open, &self.ip);
     }
 }
 

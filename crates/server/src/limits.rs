@@ -144,7 +144,7 @@ impl Drop for WatcherSlot {
 }
 
 /// One place of `key` given back (the entry goes with its last place).
-fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+pub(crate) fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
     if let Some(n) = counts.get_mut(key) {
         *n -= 1;
         if *n == 0 {
