@@ -234,8 +234,10 @@ impl Share {
         });
         let renew_cost = renewal.map(|(s, ttl)| self.prepaid.quote(s, ttl, now).cost);
         let base = renew_cost.or(new_cost).unwrap_or(0.0);
+        // The most this tick may have to pay: the renewal or the new share, whichever costs more.
+        let need = base.max(new_cost.unwrap_or(0.0));
         let rate = target.or(current.map(|tb| tb.rate())).unwrap_or(0.0);
-        let wanted = base.max(new_cost.unwrap_or(0.0)) + rate * self.lookahead();
+        let wanted = need + rate * self.lookahead();
         self.entitle(now, instances);
         let spare = match self.left {
             None => f64::INFINITY,
@@ -249,7 +251,7 @@ impl Share {
             Some(left) => left / self.sharers(instances),
         }
         .max(0.0);
-        let short = base.max(new_cost.unwrap_or(0.0)) > self.pool + SLACK;
+        let short = need > self.pool + SLACK;
         // The pool grows by at most `spare` a tick beyond what the tick spends.
         let want = (wanted - self.pool).min(base + spare).min(self.entitled);
         if short && want >= 1.0 {
