@@ -11,6 +11,7 @@ use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
 use sluice_proto::sluice::v1::usage_client::UsageClient;
+use sluice_server::durations::seconds;
 use tonic::Code as Status;
 
 const CONFIG: &str = r#"
@@ -38,10 +39,6 @@ fn report(reports: &[(&[(&str, &str)], u64)]) -> pb::ReportRequest {
             })
             .collect(),
     }
-}
-
-fn seconds(d: Option<&prost_types::Duration>) -> f64 {
-    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 
 async fn quota(server: &TestServer, tenant: &str) -> pb::QuotaState {
