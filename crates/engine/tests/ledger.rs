@@ -262,6 +262,14 @@ impl World {
         })
     }
 
+    /// Whether each table is full: the store's first, then each engine's.
+    fn full_tables(&self) -> Vec<bool> {
+        std::iter::once(self.store.len())
+            .chain(self.engines.iter().map(Engine::tracked_keys))
+            .map(|n| n >= self.max_keys)
+            .collect()
+    }
+
     /// Lets background refills and lease returns run (a current-thread runtime runs spawned
     /// tasks when the test yields).
     async fn settle_background(&self) {
@@ -318,6 +326,8 @@ async fn request(
     for (id, &(_, i)) in &asked {
         before.insert(*id, w.available(&picks[i], engine).await);
     }
+    // Which tables were full, before the request or after it: the store's, and each engine's.
+    let full_before = w.full_tables();
     let decision = w.decide(engine, &ds, request_hits).await;
     w.settle_background().await;
     let now = w.clock.now_micros();
@@ -336,22 +346,35 @@ async fn request(
         let charged = allowed && hits > 0 && outcome.denial.is_none();
         // (c) Exactly `hits` were taken from the key, or nothing. Besides, a lease going back
         // to the store (an eviction) may lose tokens beyond the burst, where the store is capped:
-        // that only ever removes tokens, and only with the store full.
+        // that only ever removes tokens, and only with a table full.
         if let (Some(b), Some(a)) = (before[id], w.available(&picks[i], engine).await) {
             let want = if charged { hits as f64 } else { 0.0 };
             let taken = b.total() - a.total();
-            // Or a full store took the key's bucket for another rule's room: its rule's new
-            // buckets start no fuller than the emptiest it lost (tokens lost, never gained).
-            let capped =
-                taken > want && (a.store >= burst as f64 - 1e-6 || w.store.len() >= w.max_keys);
+            // Or a full table (the store's, or for a local key its engine's) took the key's
+            // bucket for another rule's room: its rule's new buckets start no fuller than the
+            // emptiest it lost (tokens lost, never gained).
+            let full_after = w.full_tables();
+            let full = |t: usize| full_before[t] || full_after[t];
+            let full = match id.3 {
+                // A local bucket lives in its engine's table; a shared one in the store, and
+                // its leases in the engines' tables (an evicted lease goes back to the store).
+                Some(e) => full(e + 1),
+                None => (0..full_after.len()).any(full),
+            };
+            let capped = taken > want && (a.store >= burst as f64 - 1e-6 || full);
             prop_assert!(
                 (taken - want).abs() < 1e-6 || capped,
-                "{:?}: {:?} before, {:?} after, {} charged (allowed: {})",
+                "{:?}: {:?} before, {:?} after, {} charged (allowed: {}), tables {:?}, store {}",
                 id,
                 b,
                 a,
                 want,
-                allowed
+                allowed,
+                w.engines
+                    .iter()
+                    .map(|e| e.tracked_keys())
+                    .collect::<Vec<_>>(),
+                w.store.len()
             );
         }
         // (a) Conservation since the key's first use.
