@@ -376,6 +376,15 @@ fn report(
             normal.push(micros)
         }
     }
+    // Denials, and those a single bucket would not have made: a key is denied under its limit
+    // when it admitted less than all it was offered, capped at B + L·t.
+    let denied = sent - admitted;
+    let under = ideal - admitted as f64;
+    let under = if under >= 0.5 {
+        format!("{under:.0}")
+    } else {
+        "0".to_string()
+    };
     let target = if args.cluster {
         "3-master cluster"
     } else {
@@ -405,7 +414,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, Redis script calls {calls} ({:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -422,6 +431,7 @@ fn report(
             String::new()
         },
         100.0 * calls as f64 / sent.max(1) as f64,
+        calls as f64 / keys.len() as f64 / elapsed,
         100.0 * trips as f64 / sent.max(1) as f64,
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Fleet scale (issue 28): one key (L=100/s, B=100) and the same total load spread over N sidecar
+# processes on one Redis (and a 3-master cluster), 10 s per run, release build. Each run is the
+# accuracy harness (`target/release/accuracy`); each sidecar is its own sluice process, as it is
+# deployed (128 processes fit on 2 cores at this load: ~30 MiB each).
+# Reports Redis script calls per 100 decisions and per key-second, admitted against B + L·t,
+# denials (and those under the ideal: a key under its limit denied), and the harness's p99.
+#   NS="2 8 32 128"        sidecar counts
+#   LOADS="400 80"         offered req/s: 4x the limit (starved) and 80% of it (under the limit)
+#   TARGETS="standalone cluster"
+#   KEYS=1                 1: one key; more: Zipf(1) over that many keys of the same limit
+# Needs Docker and the redis:7.0 image (../shared/scripts/local-images.sh redis).
+# Takes about 25 s per run (start-up of 128 sidecars included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NS=${NS:-"2 8 32 128"}
+LOADS=${LOADS:-"400 80"}
+TARGETS=${TARGETS:-"standalone cluster"}
+KEYS=${KEYS:-1}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+cargo build --release -q -p sluice -p sluice-loadtest
+SLUICE_BIN=${SLUICE_BIN:-target/release/sluice}
+printf '\n### Fleet (`loadtest/fleet.sh`), %s, %s (%s cores), %s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+  "$(uname -n)" "$(nproc)" "$(git rev-parse --short HEAD)" >> loadtest/RESULTS.md
+for target in $TARGETS; do
+  for load in $LOADS; do
+    for n in $NS; do
+      args=(--sluice "$SLUICE_BIN" --sidecars "$n" --limit 100 --burst 100 --offered "$load"
+        --seconds "$SECONDS_PER_RUN" --keys "$KEYS")
+      [ "$target" = cluster ] && args+=(--cluster)
+      line=$(./target/release/accuracy "${args[@]}" | grep '^accuracy:')
+      echo "$line"
+      printf -- '- `accuracy %s`\n  %s\n' "${args[*]}" "${line#accuracy: }" >> loadtest/RESULTS.md
+    done
+  done
+done
