@@ -18,7 +18,6 @@ use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, StoreError, until};
 
 mod background;
-mod pacing;
 
 /// Lease returns in flight at once (a sweep or a shutdown may return many).
 const RETURNS_AT_ONCE: usize = 256;
@@ -196,24 +195,18 @@ impl Leaser {
     /// Leases what `charge` is missing (and about a lease horizon of demand beyond it).
     async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let (missing, demand, cold, interval) = {
+        let (missing, demand, cold) = {
             let mut state = bucket.lock();
             state.expire(now);
             (
                 charge.hits.saturating_sub(state.lease),
                 f64::from(state.demand_per_sec),
                 state.far_from_limit(&bucket.rate, now),
-                state.rare().call_interval,
             )
         };
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
-        let remote = !self.store.is_in_process();
-        if cold && charge.info.mode == Mode::Strict && remote {
+        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() {
             want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
-        }
-        if charge.info.mode == Mode::Strict && pacing::applies(&bucket.rate, !remote) {
-            // A key the fleet contends for: what it can spend until its next call.
-            want = want.max(pacing::want(&bucket.rate, demand, interval));
         }
         if bucket.rate.algorithm.is_window() {
             // A window's lease lapses when the window ends: ask for no more than this
@@ -284,23 +277,7 @@ impl Leaser {
         }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
-        // How far apart this instance's calls on the key should be, from what this one found.
-        let horizon = micros(self.settings.lease_horizon);
-        let paced = pacing::applies(&bucket.rate, self.store.is_in_process());
-        let interval = if paced {
-            let found = grant.granted as f64 + grant.remaining.max(0.0);
-            let previous = state.rare().call_interval;
-            let next = pacing::interval(&bucket.rate, found, previous, horizon);
-            if next != previous {
-                state.rare_mut().call_interval = next;
-            }
-            next
-        } else {
-            0
-        };
-        // A fleet's starved key: a call leaving the global bucket without a whole token finds
-        // the key starved even if its own (small) ask was met.
-        if grant.granted < ask || (paced && grant.remaining < 1.0) {
+        if grant.granted < ask {
             // Starved: global demand is above the limit (we got less than we asked for). Spend
             // what came, then deny locally while tokens refill in the global bucket (up to the
             // burst, so nothing is lost) instead of asking on every request: a remote store is
@@ -315,10 +292,6 @@ impl Leaser {
             // in, at least a tenth of a horizon apart; waiting a horizon for it capped what all
             // sidecars together could take at their lease size per horizon (90% of L with the
             // defaults and 4 sidecars; a quarter horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
-            //
-            // A token bucket on a remote store waits its call interval (`pacing`): a horizon
-            // for a few sidecars, about `N / 10` seconds for N, so a starved key costs the
-            // store about ten calls a second whatever the fleet's size.
             let sliding = bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
             let missing = if sliding {
                 want.max(1)
@@ -329,13 +302,12 @@ impl Leaser {
                 .rate
                 .micros_until_at(grant.remaining, missing as f64, now)
                 .unwrap_or(u64::MAX);
-            let ttl = micros(self.settings.lease_ttl).max(horizon).max(interval);
+            let horizon = micros(self.settings.lease_horizon);
+            let ttl = micros(self.settings.lease_ttl).max(horizon);
             let wait = if self.store.is_in_process() {
                 until.max(1)
             } else if sliding {
                 until.max(horizon / 10)
-            } else if paced {
-                until.max(interval)
             } else {
                 until.max(horizon)
             };
@@ -389,11 +361,6 @@ fn down(charge: &Charge<'_>) -> StoreStatus {
         fallback: charge.info.fallback,
         instances: 1,
     }
-}
-
-/// How long a lease of a key paced at `interval` (0: not paced) is kept unspent.
-pub(crate) fn paced_ttl(ttl: u64, interval: u64) -> u64 {
-    pacing::lease_ttl(ttl, interval)
 }
 
 /// A duration in microseconds, saturating (config bounds durations, but never wrap here).

@@ -311,12 +311,11 @@ impl BucketTable {
             let mut state = bucket.lock();
             // A cold lease (the key far from its limit) is kept longer: its tokens are wanted
             // by nobody else, and spending them later saves lease calls.
-            // A paced key's lease is meant to last until its next call.
             let held = now.saturating_sub(state.leased_at);
             let lapsed = if state.far_from_limit(&bucket.rate, now) {
                 held > cold_ttl
             } else {
-                held > crate::lease::paced_ttl(ttl, state.rare().call_interval)
+                held > ttl
             };
             if (is_idle || lapsed) && state.lease > 0 {
                 returns.extend(Return::take(bucket, &mut state, now));

@@ -32,14 +32,13 @@ impl Leaser {
                 let _flight = flight;
                 let (want, low) = {
                     let state = bucket.lock();
-                    let demand = f64::from(state.demand_per_sec);
-                    let interval = state.rare().call_interval;
-                    let want = leaser
-                        .lease_size(Mode::Strict, bucket.rate.burst, 1, demand)
-                        .max(super::pacing::want(&bucket.rate, demand, interval));
-                    // A paced key asks once per interval, not as soon as its lease runs low.
-                    let due = now >= state.leased_at.saturating_add(interval);
-                    (want, state.lease_is_low() && due)
+                    let want = leaser.lease_size(
+                        Mode::Strict,
+                        bucket.rate.burst,
+                        1,
+                        f64::from(state.demand_per_sec),
+                    );
+                    (want, state.lease_is_low())
                 };
                 if low {
                     leaser.lease(&bucket, &store_key, want, 0, now).await;

@@ -57,9 +57,6 @@ pub struct Rare {
     pub debt_since: u64,
     /// Whether the bucket is in the periodic flush's queue.
     pub debt_queued: bool,
-    /// A key the fleet contends for on a remote store: how far apart this instance's calls on
-    /// it should be, in microseconds (`lease::pacing`); 0 until it is paced.
-    pub call_interval: u64,
 }
 
 /// Every [`Rare`] field at its default.
@@ -71,7 +68,6 @@ const NO_RARE: Rare = Rare {
     debt_pending: 0,
     debt_since: 0,
     debt_queued: false,
-    call_interval: 0,
 };
 
 impl Default for Rare {
