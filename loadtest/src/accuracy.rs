@@ -378,7 +378,7 @@ fn report(
     }
     // Denials, and those a single bucket would not have made: a key is denied under its limit
     // when it admitted less than all it was offered, capped at B + L·t.
-    let denied = sent - admitted;
+    let denied = sent.saturating_sub(admitted);
     let under = ideal - admitted as f64;
     let under = if under >= 0.5 {
         format!("{under:.0}")
