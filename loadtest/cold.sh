@@ -8,6 +8,7 @@
 # Takes about 40 s per run: WAITS=none TARGETS=standalone KEYSETS=10000 for a quick one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. loadtest/lib.sh
 WAITS=${WAITS:-"none 2ms 5ms 10ms"}
 TARGETS=${TARGETS:-"standalone cluster"}
 KEYSETS=${KEYSETS:-"10000 1000000"}
@@ -19,9 +20,8 @@ for target in $TARGETS; do
       args=(--sidecars 4 --limit 50 --offered 4000 --seconds 30 --keys "$keys")
       [ "$wait" != none ] && args+=(--batch-min-wait "$wait")
       [ "$target" = cluster ] && args+=(--cluster)
-      line=$(./target/release/accuracy "${args[@]}" | grep '^accuracy:')
-      echo "batch_min_wait $wait: $line"
-      printf -- '- `accuracy %s`\n  %s\n' "${args[*]}" "${line#accuracy: }" >> loadtest/RESULTS.md
+      echo "batch_min_wait $wait:"
+      accuracy_run "${args[@]}"
     done
   done
 done

@@ -13,6 +13,7 @@
 # Takes about 25 s per run (start-up of 128 sidecars included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. loadtest/lib.sh
 NS=${NS:-"2 8 32 128"}
 LOADS=${LOADS:-"400 80"}
 TARGETS=${TARGETS:-"standalone cluster"}
@@ -28,9 +29,7 @@ for target in $TARGETS; do
       args=(--sluice "$SLUICE_BIN" --sidecars "$n" --limit 100 --burst 100 --offered "$load"
         --seconds "$SECONDS_PER_RUN" --keys "$KEYS")
       [ "$target" = cluster ] && args+=(--cluster)
-      line=$(./target/release/accuracy "${args[@]}" | grep '^accuracy:')
-      echo "$line"
-      printf -- '- `accuracy %s`\n  %s\n' "${args[*]}" "${line#accuracy: }" >> loadtest/RESULTS.md
+      accuracy_run "${args[@]}"
     done
   done
 done

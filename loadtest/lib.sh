@@ -164,3 +164,12 @@ n = int(re.search(r"(\d+) requests in", t).group(1))
 bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 print("%.0f %.3f %.3f %s %d" % (rps, p["50"], p["99"], bad.group(1) if bad else 0, n))'
 }
+
+# Runs the accuracy harness with ARGS, prints its result line and appends it to RESULTS.md under
+# the command that gave it: accuracy_run ARGS...
+accuracy_run() {
+  local line
+  line=$(./target/release/accuracy "$@" | grep '^accuracy:')
+  echo "$line"
+  printf -- '- `accuracy %s`\n  %s\n' "$*" "${line#accuracy: }" >> loadtest/RESULTS.md
+}

@@ -6,12 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p sluice -p sluice-loadtest
-run() {
-  local line
-  line=$(./target/release/accuracy "$@" | grep '^accuracy:')
-  echo "$line"
-  printf -- '- `accuracy %s`\n  %s\n' "$*" "${line#accuracy: }" >> loadtest/RESULTS.md
-}
+. loadtest/lib.sh
+run() { accuracy_run "$@"; }
 printf '\n### Accuracy harness, %s, %s (%s cores)\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$(uname -n)" "$(nproc)" >> loadtest/RESULTS.md
 run --sidecars 4 --limit 1000 --offered 4000 --seconds 30
 run --sidecars 4 --limit 1000 --offered 4000 --seconds 30 --cluster
