@@ -330,6 +330,8 @@ async fn request(
     let full_before = w.full_tables();
     let decision = w.decide(engine, &ds, request_hits).await;
     w.settle_background().await;
+    let full_after = w.full_tables();
+    let was_full = |t: usize| full_before[t] || full_after[t];
     let now = w.clock.now_micros();
     let allowed = decision.overall == Code::Ok;
 
@@ -353,13 +355,11 @@ async fn request(
             // Or a full table (the store's, or for a local key its engine's) took the key's
             // bucket for another rule's room: its rule's new buckets start no fuller than the
             // emptiest it lost (tokens lost, never gained).
-            let full_after = w.full_tables();
-            let full = |t: usize| full_before[t] || full_after[t];
             let full = match id.3 {
                 // A local bucket lives in its engine's table; a shared one in the store, and
                 // its leases in the engines' tables (an evicted lease goes back to the store).
-                Some(e) => full(e + 1),
-                None => (0..full_after.len()).any(full),
+                Some(e) => was_full(e + 1),
+                None => (0..full_after.len()).any(was_full),
             };
             let capped = taken > want && (a.store >= burst as f64 - 1e-6 || full);
             prop_assert!(
