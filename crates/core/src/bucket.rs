@@ -115,8 +115,26 @@ impl BucketState {
 
     /// Refills, then takes `min(want, whole tokens available)`; returns what it took.
     pub fn take_up_to(&mut self, rate: &Rate, now_micros: u64, want: u64) -> u64 {
+        self.take_keeping_half(rate, now_micros, want, want)
+    }
+
+    /// Refills, then takes up to `want` whole tokens, of which only `least` may leave the
+    /// bucket below half its burst: `min(want, whole tokens, max(least, whole tokens above half
+    /// the burst))`. A cold lease (tokens taken ahead of demand) takes its extra only from a
+    /// bucket far from its limit, so the leases of a fleet never strand the burst. `lease.lua`
+    /// computes the same, bit for bit.
+    pub fn take_keeping_half(
+        &mut self,
+        rate: &Rate,
+        now_micros: u64,
+        want: u64,
+        least: u64,
+    ) -> u64 {
         self.refill(rate, now_micros);
-        let granted = want.min(self.available(rate).floor().max(0.0) as u64);
+        let available = self.available(rate);
+        let whole = |t: f64| t.floor().max(0.0) as u64;
+        let above_half = whole(available - rate.burst as f64 / 2.0);
+        let granted = want.min(whole(available)).min(least.max(above_half));
         self.tokens -= granted as f64;
         granted
     }
@@ -216,6 +234,39 @@ mod tests {
     use proptest::prelude::*;
 
     const SEC: u64 = 1_000_000;
+
+    /// A cold lease takes beyond `least` only what lies above half the burst, and never less
+    /// than `least` where there is that much.
+    #[test]
+    fn taking_keeping_half_leaves_half_the_burst_but_pays_least() {
+        let rate = Rate::per_unit(100, Unit::Second);
+        let mut b = BucketState::full(&rate, 0);
+        assert_eq!(
+            b.take_keeping_half(&rate, 0, 80, 1),
+            50,
+            "only what is above half"
+        );
+        assert_eq!(
+            b.take_keeping_half(&rate, 0, 80, 1),
+            1,
+            "below half: `least`"
+        );
+        assert_eq!(
+            b.take_keeping_half(&rate, 0, 80, 60),
+            49,
+            "`least`, up to what is left"
+        );
+        assert_eq!(b.take_keeping_half(&rate, 0, 80, 60), 0);
+        // 10 ms later: 1 token.
+        assert_eq!(b.take_keeping_half(&rate, 10_000, 5, 5), 1);
+        let mut full = BucketState::full(&rate, 0);
+        assert_eq!(
+            full.take_keeping_half(&rate, 0, 30, 30),
+            30,
+            "least = want: a lease"
+        );
+        assert_eq!(full.take_keeping_half(&rate, 0, u64::MAX, 0), 20);
+    }
 
     #[test]
     fn starts_full_and_refills_at_the_rate() {

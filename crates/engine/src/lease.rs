@@ -192,7 +192,8 @@ impl Leaser {
         }
     }
 
-    /// Leases what `charge` is missing (and about a lease horizon of demand beyond it).
+    /// Leases what `charge` is missing (and about a lease horizon of demand beyond it, or a cold
+    /// lease where the key looks far from its limit).
     async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
         let (missing, demand, cold) = {
@@ -205,6 +206,8 @@ impl Leaser {
             )
         };
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        // What the lease keeps if the store shows the key is not far from its limit after all.
+        let mut keep = want;
         if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() {
             want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
         }
@@ -214,8 +217,9 @@ impl Leaser {
             // tokens go unspent at the edge.
             let left = sluice_core::window::until_window_end(&bucket.rate, now) as f64 / 1e6;
             want = want.min(((demand * left).ceil() as u64).max(missing));
+            keep = keep.min(want);
         }
-        self.lease(bucket, charge.store_key(), want, charge.hits, now)
+        self.lease(bucket, charge.store_key(), (want, keep), charge.hits, now)
             .await
     }
 
@@ -237,29 +241,42 @@ impl Leaser {
 
     /// A cold lease: what a key far from its limit gets even without measured demand, so its
     /// next requests on this instance are decided without a store call (it is kept for
-    /// `cold_lease_ttl`, then what is left goes back). The most a lease may hold, or, where
-    /// that is less, a share of half the burst among the live instances: all instances' cold
-    /// leases of a key then hold at most half its burst (or `max_lease_fraction` of it each,
-    /// as any lease may).
+    /// `cold_lease_ttl`, then what is left goes back). A share of half the burst among the live
+    /// instances, or the most a lease may hold where that is more: all instances' cold leases
+    /// of a key then hold at most half its burst, or `max_lease_fraction` of it each, as any
+    /// lease may. The count of live instances can be low (a fleet starting together counts
+    /// itself as it registers), so the extra is taken only from above half the burst
+    /// ([`lease`](Self::lease)).
     fn cold_lease_size(&self, burst: u64, missing: u64) -> u64 {
         let cap = self.lease_cap(burst, missing);
         let share = burst / self.store.live_instances().saturating_mul(2).max(1);
         cap.max(share)
     }
 
-    /// Leases `want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill ahead).
+    /// Leases `want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill ahead),
+    /// of which all but `keep` (the lease the key would have had without a cold lease) only from
+    /// above half the burst ([`GlobalStore::lease_keeping_half`]). Without that bound every
+    /// sidecar of a fleet that counts itself small (it starts with the others) took a cold
+    /// lease of half the burst, the burst sat in leases, and requests under the limit were
+    /// denied.
     async fn lease(
         &self,
         bucket: &LeaseBucket,
         store_key: &str,
-        want: u64,
+        (want, keep): (u64, u64),
         needed: u64,
         now: u64,
     ) -> Option<StoreError> {
         // What the fallback spent while the store was down is paid first.
-        let ask = want.saturating_add(bucket.lock().rare().owed);
+        let owed = bucket.lock().rare().owed;
+        let ask = want.saturating_add(owed);
         let started = Instant::now();
-        let result = self.store.lease(store_key, bucket.rate, ask).await;
+        // Beyond `keep` (and what is owed), only from above half the burst.
+        let least = keep.saturating_add(owed);
+        let result = self
+            .store
+            .lease_keeping_half(store_key, bucket.rate, ask, least)
+            .await;
         self.observe(StoreOp::Lease, started, &result);
         let grant = match result {
             Ok(grant) => grant,
@@ -277,7 +294,8 @@ impl Leaser {
         }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
-        if grant.granted < ask {
+        state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0;
+        if grant.granted < least {
             // Starved: global demand is above the limit (we got less than we asked for). Spend
             // what came, then deny locally while tokens refill in the global bucket (up to the
             // burst, so nothing is lost) instead of asking on every request: a remote store is

@@ -194,9 +194,15 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> GlobalStore for MemoryStore<C> {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+    fn lease_keeping_half<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        want: u64,
+        least: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
         let grant = self.with_bucket(key, &rate, true, |b, now| {
-            let granted = b.take_up_to(&rate, now, want);
+            let granted = b.take_keeping_half(&rate, now, want, least);
             LeaseGrant::of(granted, b.available(&rate), &rate, now)
         });
         Box::pin(async move { grant.ok_or(StoreError::Full) })

@@ -70,7 +70,21 @@ pub enum StoreError {
 pub trait GlobalStore: Send + Sync + 'static {
     /// Refills the bucket at `key` and takes `min(want, whole tokens)`. A store with bounded
     /// room answers [`StoreError::Full`] for a key it cannot hold.
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant>;
+    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+        self.lease_keeping_half(key, rate, want, want)
+    }
+
+    /// [`lease`](Self::lease), except that only `least` of the grant may leave the bucket below
+    /// half its burst: `min(want, whole tokens, max(least, whole tokens above half the burst))`
+    /// (`BucketState::take_keeping_half`). A cold lease asks this way, so it takes its tokens
+    /// ahead of demand only from a bucket far from its limit, however many sidecars ask at once.
+    fn lease_keeping_half<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        want: u64,
+        least: u64,
+    ) -> StoreFuture<'a, LeaseGrant>;
 
     /// Refills the bucket at `key` and charges `tokens` used after the fact, whatever is left:
     /// the balance may go down to `-max_debt` (post-paid usage must not be lost). `granted` is

@@ -309,10 +309,10 @@ impl BucketTable {
         self.map.retain(|Held(bucket), ()| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             let mut state = bucket.lock();
-            // A cold lease (the key far from its limit) is kept longer: its tokens are wanted
-            // by nobody else, and spending them later saves lease calls.
+            // A cold lease (the key far from its limit when it was granted) is kept longer: its
+            // tokens are wanted by nobody else, and spending them later saves lease calls.
             let held = now.saturating_sub(state.leased_at);
-            let lapsed = if state.far_from_limit(&bucket.rate, now) {
+            let lapsed = if state.cold_lease {
                 held > cold_ttl
             } else {
                 held > ttl

@@ -200,8 +200,16 @@ impl Granted for f64 {}
 impl Granted for Vec<u64> {}
 
 impl GlobalStore for Forwarding {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.call(Call::Lease, key, move |s| s.lease(key, rate, want))
+    fn lease_keeping_half<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        want: u64,
+        least: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
+        self.call(Call::Lease, key, move |s| {
+            s.lease_keeping_half(key, rate, want, least)
+        })
     }
     fn charge<'a>(
         &'a self,

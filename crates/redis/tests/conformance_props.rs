@@ -16,6 +16,8 @@ use sluice_redis::{RedisMetrics, RedisStore};
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Lease(u64),
+    /// A lease of which only `least` may come from below half the burst: (want, least).
+    LeaseKeepingHalf(u64, u64),
     Release(u64),
     Peek,
     /// Usage after the fact: (tokens, max_debt).
@@ -79,6 +81,7 @@ fn case() -> impl Strategy<Value = Case> {
         );
     let op = prop_oneof![
         4 => amount().prop_map(Op::Lease),
+        2 => (amount(), amount()).prop_map(|(want, least)| Op::LeaseKeepingHalf(want, least)),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
         1 => Just(Op::Close),
@@ -115,6 +118,14 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
         seen.push(match op {
             Op::Lease(want) => {
                 let g = store.lease("k", c.rate, want).await.expect("lease");
+                window = g.window;
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
+            }
+            Op::LeaseKeepingHalf(want, least) => {
+                let g = store
+                    .lease_keeping_half("k", c.rate, want, least)
+                    .await
+                    .expect("lease");
                 window = g.window;
                 (g.granted, milli(g.remaining), g.window, g.ends_in)
             }
@@ -158,6 +169,14 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
             Op::Lease(want) => {
                 let g = store
                     .lease_at(key, c.rate, want, Some(now))
+                    .await
+                    .expect("lease");
+                window = g.window;
+                (g.granted, milli(g.remaining), g.window, g.ends_in)
+            }
+            Op::LeaseKeepingHalf(want, least) => {
+                let g = store
+                    .lease_keeping_half_at(key, c.rate, (want, least), Some(now))
                     .await
                     .expect("lease");
                 window = g.window;

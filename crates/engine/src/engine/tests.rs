@@ -625,6 +625,7 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
     assert!(fell_back > 0, "some queued long enough to use the fallback");
 }
 
+mod fleet;
 mod overrides;
 mod post_paid;
 mod schema;

@@ -41,7 +41,9 @@ impl Leaser {
                     (want, state.lease_is_low())
                 };
                 if low {
-                    leaser.lease(&bucket, &store_key, want, 0, now).await;
+                    leaser
+                        .lease(&bucket, &store_key, (want, want), 0, now)
+                        .await;
                 }
             },
             &handle,

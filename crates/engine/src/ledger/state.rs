@@ -15,6 +15,12 @@ pub struct LeaseState {
     pub global_remaining: f64,
     /// Whether `global_remaining` has been read at least once.
     pub global_known: bool,
+    /// Whether the lease is a cold lease: the store still held at least half the burst after
+    /// it was granted. The sweep keeps such a lease for `cold_lease_ttl`, others for
+    /// `lease_ttl`. Decided by the store's answer, not by `far_from_limit`'s estimate, which
+    /// refills an old reading as if nobody else spent: with that estimate every lease of a
+    /// contended key looked cold after half a burst's refill time and sat unspent for 30 s.
+    pub cold_lease: bool,
     /// When `global_remaining` was read: estimates refill it from then on.
     pub global_read_at: u64,
     /// A starved key asks the store again only from this time on (never more than `lease_ttl`
@@ -94,6 +100,7 @@ impl LeaseState {
             lease: 0,
             global_remaining: rate.burst as f64,
             global_known: false,
+            cold_lease: false,
             global_read_at: now,
             retry_at: 0,
             leased_at: now,

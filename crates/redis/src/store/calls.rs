@@ -24,6 +24,19 @@ impl RedisStore {
             .await
     }
 
+    /// [`GlobalStore::lease_keeping_half`] with an explicit `now` (the conformance suite).
+    pub async fn lease_keeping_half_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        (want, least): (u64, u64),
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
+        let args = [want, least];
+        self.grant(&scripts::bucket_call(&LEASE, key, &rate, now, &args))
+            .await
+    }
+
     /// Charge with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
     pub async fn charge_at(
         &self,

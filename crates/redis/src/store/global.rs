@@ -14,9 +14,15 @@ use super::errors::classify;
 use crate::scripts::{DEMAND, LEASE, RELEASE};
 
 impl GlobalStore for RedisStore {
-    fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
+    fn lease_keeping_half<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        want: u64,
+        least: u64,
+    ) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(async move {
-            let answer = self.batched(&LEASE, key, &rate, &[want]).await;
+            let answer = self.batched(&LEASE, key, &rate, &[want, least]).await;
             answer.map(grant_of)
         })
     }
