@@ -296,7 +296,9 @@ impl Leaser {
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
         state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0;
         if grant.granted < least {
-            // Starved: global demand is above the limit (we got less than we asked for). Spend
+            // Starved: global demand is above the limit (we got less than `least`, the lease the
+            // key would have had without a cold lease; a cold lease coming up short is no sign
+            // of contention). Spend
             // what came, then deny locally while tokens refill in the global bucket (up to the
             // burst, so nothing is lost) instead of asking on every request: a remote store is
             // asked again after one lease horizon, or later if the tokens this request needs
