@@ -298,8 +298,8 @@ impl Leaser {
         if grant.granted < least {
             // Starved: global demand is above the limit (we got less than `least`, the lease the
             // key would have had without a cold lease; a cold lease coming up short is no sign
-            // of contention). Spend
-            // what came, then deny locally while tokens refill in the global bucket (up to the
+            // of contention). Spend what
+            // came, then deny locally while tokens refill in the global bucket (up to the
             // burst, so nothing is lost) instead of asking on every request: a remote store is
             // asked again after one lease horizon, or later if the tokens this request needs
             // take longer to refill; the in-process store as soon as they are due. Never later
