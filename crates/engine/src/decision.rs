@@ -25,6 +25,8 @@ pub struct EngineSettings {
     pub lease_ttl: Duration,
     /// A cold lease's tokens unspent this long go back.
     pub cold_lease_ttl: Duration,
+    /// A starved key's sidecars take turns asking a remote store, this many a second in all.
+    pub starved_calls_per_sec: u32,
 }
 
 impl From<&sluice_core::config::EngineConfig> for EngineSettings {
@@ -36,6 +38,7 @@ impl From<&sluice_core::config::EngineConfig> for EngineSettings {
             max_lease_fraction: c.max_lease_fraction,
             lease_ttl: c.lease_ttl.0,
             cold_lease_ttl: c.cold_lease_ttl.0.max(c.lease_ttl.0),
+            starved_calls_per_sec: c.starved_calls_per_sec.max(1),
         }
     }
 }

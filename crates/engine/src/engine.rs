@@ -289,7 +289,8 @@ impl Engine {
         self.return_all_leases().await;
     }
 
-    /// Returns leases unspent for `lease_ttl` and evicts keys idle for `idle_timeout` whose state
+    /// Returns leases unspent for `lease_ttl` (cold leases `cold_lease_ttl`, a starved key's
+    /// the longest it may wait for its turn) and evicts keys idle for `idle_timeout` whose state
     /// is at rest.
     pub async fn sweep(&self) {
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
@@ -299,6 +300,7 @@ impl Engine {
             (
                 micros(self.settings.lease_ttl),
                 micros(self.settings.cold_lease_ttl),
+                self.leaser.starved_lease_ttl(),
             ),
         );
         self.leaser.return_tokens(returns).await;

@@ -15,7 +15,7 @@ use crate::decision::EngineSettings;
 use crate::ledger::StoreStatus;
 use crate::metrics::{EngineMetrics, StoreOp};
 use crate::plan::{Charge, Plan};
-use crate::store::{GlobalStore, StoreError, until};
+use crate::store::{GlobalStore, LeaseAsk, StoreError, until};
 
 mod background;
 
@@ -193,18 +193,54 @@ impl Leaser {
     }
 
     /// Leases what `charge` is missing (and about a lease horizon of demand beyond it, or a cold
-    /// lease where the key looks far from its limit).
+    /// lease where the key looks far from its limit, or, at a starved key's turn, the demand it
+    /// saw while it waited).
     async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let (missing, demand, cold) = {
+        let (missing, demand, cold, queued_demand, denying) = {
             let mut state = bucket.lock();
             state.expire(now);
+            let seen = state
+                .spent_since_lease
+                .saturating_add(u64::from(state.denied_since_lease));
             (
                 charge.hits.saturating_sub(state.lease),
                 f64::from(state.demand_per_sec),
                 state.far_from_limit(&bucket.rate, now),
+                (state.queued || state.denied_since_lease > 0).then_some(seen),
+                state.denied_since_lease > 0,
             )
         };
+        let turn_gap = self.turn_gap(charge.info.mode, &bucket.rate);
+        if let (Some(seen), true) = (queued_demand, turn_gap > 0) {
+            // Its turn (or a request denied since the last lease): ask for what was asked of
+            // this instance since the last lease (it will wait about as long again), not a lease
+            // horizon's worth capped at a fraction of the burst: each turn then takes what
+            // refilled since the turn before it, and the fleet's starved calls take all of `L`
+            // at `starved_calls_per_sec` calls a second.
+            let want = seen.clamp(missing, bucket.rate.burst.max(missing));
+            let ask = LeaseAsk {
+                want,
+                least: want,
+                turn_gap,
+                starved_below: want,
+            };
+            let failed = self
+                .lease(bucket, charge.store_key(), ask, charge.hits, now)
+                .await;
+            let mut state = bucket.lock();
+            if failed.is_none() && !state.queued {
+                // All it asked for. Where the bucket is still below half its burst the key is
+                // still contended: the lease, enough for about as long as this instance waited,
+                // is kept that long (the sweep would hand most of it back after `lease_ttl`,
+                // into a bucket that missed turns may have let fill), and the next ask is
+                // sized the same way. It asks again as soon as the lease runs out: no turn to
+                // wait for, so a key whose demand fell under its limit is never denied here.
+                // Far from its limit, the key is back to ordinary leases.
+                state.queued = !state.cold_lease;
+            }
+            return failed;
+        }
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
         // What the lease keeps if the store shows the key is not far from its limit after all.
         let mut keep = want;
@@ -219,8 +255,29 @@ impl Leaser {
             want = want.min(((demand * left).ceil() as u64).max(missing));
             keep = keep.min(want);
         }
-        self.lease(bucket, charge.store_key(), (want, keep), charge.hits, now)
+        // Short of what the request needs, or of a lease while this instance has been denying
+        // requests: starved fleet-wide, so into the key's queue. A lease merely short of its
+        // size is no such sign (under its limit a key's tokens can sit in other sidecars'
+        // leases for a while); it waits a lease horizon, as before the queue.
+        let starved_below = if denying { keep } else { missing };
+        let ask = LeaseAsk {
+            want,
+            least: keep,
+            turn_gap,
+            starved_below,
+        };
+        self.lease(bucket, charge.store_key(), ask, charge.hits, now)
             .await
+    }
+
+    /// The gap between turns of a starved key's callers (µs; 0: no turns): a strict token
+    /// bucket on a remote store. The in-process store is asked again as soon as a token is due
+    /// (its calls cost nothing); windows keep their own retry (what a window leaves unused is
+    /// gone when it ends, so waiting in a queue would lose it); exact mode asks on every request.
+    pub(crate) fn turn_gap(&self, mode: Mode, rate: &sluice_core::bucket::Rate) -> u64 {
+        let turns =
+            mode == Mode::Strict && !self.store.is_in_process() && !rate.algorithm.is_window();
+        if turns { self.configured_turn_gap() } else { 0 }
     }
 
     /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
@@ -253,30 +310,32 @@ impl Leaser {
         cap.max(share)
     }
 
-    /// Leases `want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill ahead),
-    /// of which all but `keep` (the lease the key would have had without a cold lease) only from
-    /// above half the burst ([`GlobalStore::lease_keeping_half`]). Without that bound every
-    /// sidecar of a fleet that counts itself small (it starts with the others) took a cold
-    /// lease of half the burst, the burst sat in leases, and requests under the limit were
+    /// Leases `ask.want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill
+    /// ahead), of which all but `ask.least` (the lease the key would have had without a cold
+    /// lease) only from above half the burst ([`GlobalStore::lease_asking`]). Without that bound
+    /// every sidecar of a fleet that counts itself small (it starts with the others) took a
+    /// cold lease of half the burst, the burst sat in leases, and requests under the limit were
     /// denied.
     async fn lease(
         &self,
         bucket: &LeaseBucket,
         store_key: &str,
-        (want, keep): (u64, u64),
+        ask: LeaseAsk,
         needed: u64,
         now: u64,
     ) -> Option<StoreError> {
         // What the fallback spent while the store was down is paid first.
         let owed = bucket.lock().rare().owed;
-        let ask = want.saturating_add(owed);
+        let want = ask.want;
+        // Beyond `least` (and what is owed), only from above half the burst.
+        let ask = LeaseAsk {
+            want: want.saturating_add(owed),
+            least: ask.least.saturating_add(owed),
+            starved_below: ask.starved_below.saturating_add(owed),
+            ..ask
+        };
         let started = Instant::now();
-        // Beyond `keep` (and what is owed), only from above half the burst.
-        let least = keep.saturating_add(owed);
-        let result = self
-            .store
-            .lease_keeping_half(store_key, bucket.rate, ask, least)
-            .await;
+        let result = self.store.lease_asking(store_key, bucket.rate, ask).await;
         self.observe(StoreOp::Lease, started, &result);
         let grant = match result {
             Ok(grant) => grant,
@@ -295,7 +354,8 @@ impl Leaser {
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
         state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0;
-        if grant.granted < least {
+        state.queued = false;
+        if grant.granted < ask.least {
             // Starved: global demand is above the limit (we got less than `least`, the lease the
             // key would have had without a cold lease; a cold lease coming up short is no sign
             // of contention). Spend what
@@ -331,9 +391,40 @@ impl Leaser {
             } else {
                 until.max(horizon)
             };
-            state.retry_at = now.saturating_add(wait.min(ttl));
+            // A turn in the key's queue of starved callers: the fleet's starved sidecars ask
+            // one at a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls
+            // a second however many they are. The wait is bounded by twice the queue every
+            // live instance would make, so a store that lost count cannot lock a key out.
+            let (wait, most) = match grant.turn_in {
+                Some(turn) => {
+                    state.queued = true;
+                    (wait.max(turn), self.longest_wait(ask.turn_gap))
+                }
+                None => (wait, ttl),
+            };
+            state.retry_at = now.saturating_add(wait.min(most));
         }
         None
+    }
+
+    /// The longest a starved key waits for its turn: twice the queue every live instance would
+    /// make (`turn_gap` apart), at least `lease_ttl`. A store that lost count of its queue
+    /// cannot lock a key out for longer.
+    fn longest_wait(&self, turn_gap: u64) -> u64 {
+        let queue = self.store.live_instances().saturating_mul(turn_gap);
+        let ttl = micros(self.settings.lease_ttl).max(micros(self.settings.lease_horizon));
+        ttl.max(queue.saturating_mul(2))
+    }
+
+    /// How long a starved key's lease is kept ([`longest_wait`](Self::longest_wait) at the
+    /// configured turn gap): the sweep's bound for it.
+    pub(crate) fn starved_lease_ttl(&self) -> u64 {
+        self.longest_wait(self.configured_turn_gap())
+    }
+
+    /// `1 / starved_calls_per_sec`, in µs.
+    fn configured_turn_gap(&self) -> u64 {
+        1_000_000 / u64::from(self.settings.starved_calls_per_sec.max(1))
     }
 
     /// Reads the global bucket for a peek.

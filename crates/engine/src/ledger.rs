@@ -316,10 +316,16 @@ pub fn settle(
                 } else {
                     s.spend(mode, &rate, now, t.hits);
                 }
+                // Not for a starved key (`queued`): its next call is its turn, sized by the
+                // demand it saw, which a refill ahead would cut short.
                 refill_ahead = mode == Mode::Strict
                     && t.store == StoreStatus::Up
                     && s.lease_is_low()
-                    && now >= s.retry_at;
+                    && now >= s.retry_at
+                    && !s.queued;
+            }
+            if !allowed && *p == Err(Denial::Empty) && t.leased() {
+                s.denied(t.hits);
             }
             // A fixed window counting denials: the hits it denied count, so it is closed until
             // it ends (here at once; in the store by the caller, for a leased rule).

@@ -20,7 +20,7 @@ use sluice_core::bucket::{BucketState, Rate};
 
 use crate::key;
 use crate::room::{Room, Verdict};
-use crate::store::{GlobalStore, LeaseGrant, StoreError, StoreFuture};
+use crate::store::{GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture, next_turn};
 
 /// Global buckets in a [`DashMap`], timed by the injected clock.
 #[derive(Debug)]
@@ -41,6 +41,11 @@ pub struct MemoryStore<C: Clock> {
     /// RLQS demands by bucket key: (client, milli-requests per second, expiry µs). A key's
     /// entry goes when its last demand is withdrawn or has expired.
     demands: std::sync::Mutex<std::collections::HashMap<String, Vec<Demand>>>,
+    /// The end of each key's queue of starved callers ([`next_turn`]), for the keys whose
+    /// callers asked for turns: none do in process (the engine asks only a remote store for a
+    /// turn), so this stays empty but for engines that use this store as a stand-in for Redis
+    /// (the fleet model). Ended queues go at housekeeping.
+    turns: DashMap<KeyId, u64, foldhash::fast::RandomState>,
 }
 
 /// A store key's 128-bit keyed hash. Keys come from request data, so they are hashed with
@@ -77,6 +82,7 @@ impl<C: Clock> MemoryStore<C> {
             room: Room::new(max_keys),
             no_room_until: AtomicU64::new(0),
             demands: std::sync::Mutex::default(),
+            turns: DashMap::with_hasher(foldhash::fast::RandomState::default()),
         })
     }
 
@@ -194,16 +200,23 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> GlobalStore for MemoryStore<C> {
-    fn lease_keeping_half<'a>(
+    fn lease_asking<'a>(
         &'a self,
         key: &'a str,
         rate: Rate,
-        want: u64,
-        least: u64,
+        ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
         let grant = self.with_bucket(key, &rate, true, |b, now| {
-            let granted = b.take_keeping_half(&rate, now, want, least);
-            LeaseGrant::of(granted, b.available(&rate), &rate, now)
+            let granted = b.take_keeping_half(&rate, now, ask.want, ask.least);
+            let mut grant = LeaseGrant::of(granted, b.available(&rate), &rate, now);
+            if granted < ask.least && ask.turn_gap > 0 {
+                let mut end = self.turns.entry(self.id(key)).or_insert(0);
+                if granted < ask.starved_below || *end > now {
+                    *end = next_turn(*end, now, ask.turn_gap);
+                    grant.turn_in = Some(*end - now);
+                }
+            }
+            grant
         });
         Box::pin(async move { grant.ok_or(StoreError::Full) })
     }
@@ -254,9 +267,11 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     }
 
     fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        if let Some((_, b)) = self.buckets.remove(&self.id(key)) {
+        let id = self.id(key);
+        if let Some((_, b)) = self.buckets.remove(&id) {
             self.room.removed(b.holder, 1);
         }
+        self.turns.remove(&id);
         Box::pin(async { Ok(()) })
     }
 
@@ -293,6 +308,8 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
 
     fn housekeeping(&self) {
         self.purge_full();
+        let now = self.clock.now_micros();
+        self.turns.retain(|_, end| *end > now);
     }
 
     fn name(&self) -> &'static str {

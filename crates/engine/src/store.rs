@@ -24,6 +24,10 @@ pub struct LeaseGrant {
     /// be spent before then (a later window has its own `L`); `None` for a token bucket, whose
     /// leased tokens never lapse.
     pub ends_in: Option<u64>,
+    /// A starved lease that asked for a turn ([`LeaseAsk::turn_gap`]): microseconds until the
+    /// caller's turn to ask again, by the store's clock. `None` when the grant was not short
+    /// of `least`, or no turn was asked for.
+    pub turn_in: Option<u64>,
 }
 
 impl LeaseGrant {
@@ -38,8 +42,50 @@ impl LeaseGrant {
                 .algorithm
                 .is_window()
                 .then(|| sluice_core::window::until_window_end(rate, now)),
+            turn_in: None,
         }
     }
+}
+
+/// What a lease call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseAsk {
+    /// Tokens wanted.
+    pub want: u64,
+    /// Of the grant, only `least` may leave the bucket below half its burst (a cold lease takes
+    /// its extra only from a bucket far from its limit; `want` for any other lease).
+    pub least: u64,
+    /// Microseconds between turns of the key's queue of starved callers; 0: no turn. A caller
+    /// granted fewer than `starved_below` tokens, or fewer than `least` while the queue has
+    /// turns to come, gets the next free turn, at least this long after the one before it, so
+    /// starved sidecars ask about `1e6 / turn_gap` times a second in all, however many they
+    /// are ([`next_turn`]).
+    pub turn_gap: u64,
+    /// See `turn_gap`: what the caller cannot do without (what its request needs now, or all it
+    /// asked for at its turn). A grant short of `least` but not of this, with no queue, is no
+    /// sign that the key is starved fleet-wide: under its limit, tokens may sit in other
+    /// sidecars' leases for a while.
+    pub starved_below: u64,
+}
+
+impl LeaseAsk {
+    /// Exactly `want` tokens (or as many as there are), no turn.
+    pub fn exactly(want: u64) -> Self {
+        Self {
+            want,
+            least: want,
+            turn_gap: 0,
+            starved_below: 0,
+        }
+    }
+}
+
+/// The queue of a key's starved callers, as `lease.lua` keeps it: `queue_end` is the last turn
+/// given (0: none), and a caller starved at `now` gets the turn `gap` after it, or `gap` after
+/// `now` if the queue has run out. Returns the new turn (the queue's new end). A turn is a time
+/// by the store's clock: the caller may ask again from then on.
+pub fn next_turn(queue_end: u64, now: u64, gap: u64) -> u64 {
+    queue_end.max(now).saturating_add(gap)
 }
 
 /// A global store failure.
@@ -71,19 +117,21 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// Refills the bucket at `key` and takes `min(want, whole tokens)`. A store with bounded
     /// room answers [`StoreError::Full`] for a key it cannot hold.
     fn lease<'a>(&'a self, key: &'a str, rate: Rate, want: u64) -> StoreFuture<'a, LeaseGrant> {
-        self.lease_keeping_half(key, rate, want, want)
+        self.lease_asking(key, rate, LeaseAsk::exactly(want))
     }
 
-    /// [`lease`](Self::lease), except that only `least` of the grant may leave the bucket below
-    /// half its burst: `min(want, whole tokens, max(least, whole tokens above half the burst))`
-    /// (`BucketState::take_keeping_half`). A cold lease asks this way, so it takes its tokens
-    /// ahead of demand only from a bucket far from its limit, however many sidecars ask at once.
-    fn lease_keeping_half<'a>(
+    /// [`lease`](Self::lease), except that only `ask.least` of the grant may leave the bucket
+    /// below half its burst: `min(want, whole tokens, max(least, whole tokens above half the
+    /// burst))` (`BucketState::take_keeping_half`). A cold lease asks this way, so it takes its
+    /// tokens ahead of demand only from a bucket far from its limit, however many sidecars ask
+    /// at once. A grant short of `starved_below` with a `turn_gap` also gets a turn in the key's
+    /// queue of starved callers ([`next_turn`], [`LeaseGrant::turn_in`]); a store whose callers never
+    /// wait for one (the in-process store) may give none.
+    fn lease_asking<'a>(
         &'a self,
         key: &'a str,
         rate: Rate,
-        want: u64,
-        least: u64,
+        ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant>;
 
     /// Refills the bucket at `key` and charges `tokens` used after the fact, whatever is left:

@@ -300,9 +300,15 @@ impl BucketTable {
         self.map.len() < self.max_keys
     }
 
-    /// Takes back leases unspent for `ttl` (cold leases: `cold_ttl`) and evicts keys idle for
-    /// `idle` that are at rest; returns the tokens to hand back.
-    pub(crate) fn sweep(&self, now: u64, idle: u64, (ttl, cold_ttl): (u64, u64)) -> Vec<Return> {
+    /// Takes back leases unspent for `ttl` (cold leases: `cold_ttl`; a starved key's:
+    /// `starved_ttl`) and evicts keys idle for `idle` that are at rest; returns the tokens to
+    /// hand back.
+    pub(crate) fn sweep(
+        &self,
+        now: u64,
+        idle: u64,
+        (ttl, cold_ttl, starved_ttl): (u64, u64, u64),
+    ) -> Vec<Return> {
         let mut returns = Vec::new();
         let mut removed = Removed::default();
         let before = self.map.len();
@@ -312,7 +318,11 @@ impl BucketTable {
             // A cold lease (the key far from its limit when it was granted) is kept longer: its
             // tokens are wanted by nobody else, and spending them later saves lease calls.
             let held = now.saturating_sub(state.leased_at);
-            let lapsed = if state.cold_lease {
+            // A starved key's lease is sized for its wait until its next turn, and is its share
+            // of what refilled since the turn before it: kept as long as that wait may be.
+            let lapsed = if state.queued {
+                held > starved_ttl
+            } else if state.cold_lease {
                 held > cold_ttl
             } else {
                 held > ttl

@@ -12,7 +12,7 @@ use sluice_core::ManualClock;
 use sluice_core::bucket::Rate;
 
 use crate::memory::MemoryStore;
-use crate::store::{GlobalStore, LeaseGrant, StoreError, StoreFuture};
+use crate::store::{GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture};
 
 /// What the store does with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,16 +200,13 @@ impl Granted for f64 {}
 impl Granted for Vec<u64> {}
 
 impl GlobalStore for Forwarding {
-    fn lease_keeping_half<'a>(
+    fn lease_asking<'a>(
         &'a self,
         key: &'a str,
         rate: Rate,
-        want: u64,
-        least: u64,
+        ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
-        self.call(Call::Lease, key, move |s| {
-            s.lease_keeping_half(key, rate, want, least)
-        })
+        self.call(Call::Lease, key, move |s| s.lease_asking(key, rate, ask))
     }
     fn charge<'a>(
         &'a self,

@@ -217,6 +217,9 @@ impl World {
             lease_ttl: Duration::from_millis(c.lease_ttl_ms),
             // Cold leases (keys far from their limit) are kept longer.
             cold_lease_ttl: Duration::from_millis(c.lease_ttl_ms * 5),
+            // Unused here: the in-process store never queues starved callers (the fleet model,
+            // `engine/src/engine/tests/fleet.rs`, covers turns on a remote store).
+            starved_calls_per_sec: 10,
         };
         let engines = (0..2)
             .map(|_| {

@@ -5,14 +5,26 @@
 -- ARGV[7]  least (optional, default `want`): of the grant, only `least` may leave the bucket
 --          below half its burst (a cold lease takes its extra only from a bucket far from its
 --          limit)
--- Returns  {granted, remaining_millitokens, window, ends_in}: granted = min(want, floor of what
---          is available, max(least, floor of what is available above half the burst));
+-- ARGV[8]  turn gap in µs (optional, default 0: none) and
+-- ARGV[9]  starved_below (optional, default 0): a grant of fewer than `starved_below` tokens,
+--          or short of `least` while the queue has turns to come, also gets a turn in the key's
+--          queue of starved callers (field `q`, the last turn given): the later of `q` and now,
+--          plus the gap (sluice_engine::next_turn). Starved sidecars then ask again one per
+--          gap, however many they are.
+-- Returns  {granted, remaining_millitokens, window, ends_in, turn_in}: granted = min(want, floor
+--          of what is available, max(least, floor of what is available above half the burst));
 --          remaining is what is available after the grant, in thousandths of a token, rounded
 --          down; window and ends_in (µs) name the window the tokens belong to and when it ends
---          ({0, -1} for a token bucket). The arithmetic is BucketState::take_keeping_half's.
+--          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none). The
+--          arithmetic is BucketState::take_keeping_half's.
 local want = tonumber(ARGV[6])
 local least = want
 if ARGV[7] ~= nil and ARGV[7] ~= '' then least = tonumber(ARGV[7]) end
+local gap = 0
+if ARGV[8] ~= nil and ARGV[8] ~= '' then gap = tonumber(ARGV[8]) end
+local asked_least = least
+local below = 0
+if ARGV[9] ~= nil and ARGV[9] ~= '' then below = tonumber(ARGV[9]) end
 local avail = available()
 local granted = math.floor(avail)
 if granted > want then granted = want end
@@ -23,5 +35,17 @@ if least < above_half then least = above_half end
 if granted > least then granted = least end
 tokens = tokens - granted
 save()
+-- After save(): the queue lives in the bucket's hash and goes with it when it expires (a full
+-- bucket starves nobody).
+local turn_in = -1
+if gap > 0 and granted < asked_least then
+  local q = tonumber(redis.call('HGET', KEYS[1], 'q')) or 0
+  if granted < below or q > now then
+    if q < now then q = now end
+    q = q + gap
+    redis.call('HSET', KEYS[1], 'q', string.format('%d', q))
+    turn_in = q - now
+  end
+end
 local window, ends_in = window_answer()
-return {granted, math.floor(available() * 1000), window, ends_in}
+return {granted, math.floor(available() * 1000), window, ends_in, turn_in}

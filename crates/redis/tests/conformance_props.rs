@@ -10,14 +10,16 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::{HumanDuration, RedisSettings};
 use sluice_core::{ManualClock, Unit};
-use sluice_engine::{GlobalStore, MemoryStore};
+use sluice_engine::{GlobalStore, LeaseAsk, LeaseGrant, MemoryStore};
 use sluice_redis::{RedisMetrics, RedisStore};
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Lease(u64),
-    /// A lease of which only `least` may come from below half the burst: (want, least).
-    LeaseKeepingHalf(u64, u64),
+    /// A lease of which only `least` may come from below half the burst, with a turn
+    /// `turn_gap` after the last one if it grants fewer than `starved_below` (or than `least`
+    /// while turns are to come).
+    LeaseAsking(LeaseAsk),
     Release(u64),
     Peek,
     /// Usage after the fact: (tokens, max_debt).
@@ -81,7 +83,21 @@ fn case() -> impl Strategy<Value = Case> {
         );
     let op = prop_oneof![
         4 => amount().prop_map(Op::Lease),
-        2 => (amount(), amount()).prop_map(|(want, least)| Op::LeaseKeepingHalf(want, least)),
+        // Gaps up to 1 000 s (the engine's are at most a second; far below 2^53 µs).
+        2 => (
+            amount(),
+            amount(),
+            prop_oneof![Just(0u64), 1u64..1_000_000, Just(1_000_000_000)],
+            amount(),
+        )
+            .prop_map(|(want, least, turn_gap, starved_below)| {
+                Op::LeaseAsking(LeaseAsk {
+                    want,
+                    least,
+                    turn_gap,
+                    starved_below,
+                })
+            }),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
         1 => Just(Op::Close),
@@ -101,10 +117,16 @@ fn case() -> impl Strategy<Value = Case> {
     (rate, prop::collection::vec((step, op), 1..25)).prop_map(|(rate, ops)| Case { rate, ops })
 }
 
+/// What a grant shows, with its remaining tokens as `milli` thousandths.
+fn seen_grant(g: &LeaseGrant, milli: i64) -> Seen {
+    (g.granted, milli, g.window, g.ends_in, g.turn_in)
+}
+
 const START: u64 = 1_700_000_000_000_000;
 
-/// What each operation saw: (granted, remaining millitokens, the grant's window and its end).
-type Seen = (u64, i64, u64, Option<u64>);
+/// What each operation saw: (granted, remaining millitokens, the grant's window and its end,
+/// the caller's turn).
+type Seen = (u64, i64, u64, Option<u64>, Option<u64>);
 
 /// What each operation saw on the in-memory store. Releases name the window of the last grant.
 async fn on_memory(c: &Case) -> Vec<Seen> {
@@ -119,15 +141,12 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
             Op::Lease(want) => {
                 let g = store.lease("k", c.rate, want).await.expect("lease");
                 window = g.window;
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                seen_grant(&g, milli(g.remaining))
             }
-            Op::LeaseKeepingHalf(want, least) => {
-                let g = store
-                    .lease_keeping_half("k", c.rate, want, least)
-                    .await
-                    .expect("lease");
+            Op::LeaseAsking(ask) => {
+                let g = store.lease_asking("k", c.rate, ask).await.expect("lease");
                 window = g.window;
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                seen_grant(&g, milli(g.remaining))
             }
             Op::Release(n) => {
                 store
@@ -135,11 +154,11 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("release");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Peek => {
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Close => {
                 store
@@ -147,11 +166,17 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("close");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                (
+                    g.granted,
+                    milli(g.remaining),
+                    g.window,
+                    g.ends_in,
+                    g.turn_in,
+                )
             }
         });
     }
@@ -172,40 +197,46 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     .await
                     .expect("lease");
                 window = g.window;
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                seen_grant(&g, milli(g.remaining))
             }
-            Op::LeaseKeepingHalf(want, least) => {
+            Op::LeaseAsking(ask) => {
                 let g = store
-                    .lease_keeping_half_at(key, c.rate, (want, least), Some(now))
+                    .lease_asking_at(key, c.rate, ask, Some(now))
                     .await
                     .expect("lease");
                 window = g.window;
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                seen_grant(&g, milli(g.remaining))
             }
             Op::Release(n) => {
                 let left = store
                     .release_at(key, c.rate, n, window, Some(now))
                     .await
                     .expect("release");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Peek => {
                 let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Close => {
                 let left = store
                     .close_at(key, c.rate, window, Some(now))
                     .await
                     .expect("close");
-                (0, milli(left), 0, None)
+                (0, milli(left), 0, None, None)
             }
             Op::Charge(n, debt) => {
                 let g = store
                     .charge_at(key, c.rate, n, debt, Some(now))
                     .await
                     .expect("charge");
-                (g.granted, milli(g.remaining), g.window, g.ends_in)
+                (
+                    g.granted,
+                    milli(g.remaining),
+                    g.window,
+                    g.ends_in,
+                    g.turn_in,
+                )
             }
         });
     }

@@ -102,6 +102,11 @@ pub struct EngineConfig {
     /// A cold lease (a key far from its limit) is kept this long instead: later requests for the
     /// key on this instance spend it without a store call. At least `lease_ttl`.
     pub cold_lease_ttl: HumanDuration,
+    /// Lease calls a second that a starved key (more demand than its limit) costs a remote
+    /// store, however many sidecars share it: its starved sidecars take turns, one per
+    /// `1/starved_calls_per_sec`. In [1, 1000000].
+    #[serde(deserialize_with = "starved_calls_per_sec")]
+    pub starved_calls_per_sec: u32,
 }
 
 impl Default for EngineConfig {
@@ -113,6 +118,7 @@ impl Default for EngineConfig {
             max_lease_fraction: 0.05,
             lease_ttl: HumanDuration(Duration::from_secs(1)),
             cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
+            starved_calls_per_sec: 10,
         }
     }
 }
@@ -168,6 +174,16 @@ fn batch_max<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 /// `engine.max_lease_fraction`: in (0, 1].
+fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u64::deserialize(d)?;
+    match u32::try_from(n) {
+        Ok(n @ 1..=1_000_000) => Ok(n),
+        _ => Err(serde::de::Error::custom(format!(
+            "starved_calls_per_sec must be in [1, 1000000], not {n}"
+        ))),
+    }
+}
+
 fn max_lease_fraction<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let f = f64::deserialize(d)?;
     if f > 0.0 && f <= 1.0 {

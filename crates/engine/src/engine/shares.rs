@@ -90,6 +90,7 @@ impl Engine {
                 remaining: state.local.available_at(&payee.rate, now),
                 window: 0,
                 ends_in: None,
+                turn_in: None,
             });
         }
         let leaser = &self.leaser;

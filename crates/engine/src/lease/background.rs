@@ -10,6 +10,7 @@ use super::{Leaser, RETURNS_AT_ONCE};
 use crate::bucket::LeaseBucket;
 use crate::metrics::StoreOp;
 use crate::plan::Charge;
+use crate::store::LeaseAsk;
 use crate::table::Return;
 
 impl Leaser {
@@ -40,10 +41,14 @@ impl Leaser {
                     );
                     (want, state.lease_is_low())
                 };
+                // Nothing is missing yet: a refill ahead that comes up short takes a turn only
+                // while the key has a queue of starved callers (else it waits a lease horizon).
+                let ask = LeaseAsk {
+                    turn_gap: leaser.turn_gap(Mode::Strict, &bucket.rate),
+                    ..LeaseAsk::exactly(want)
+                };
                 if low {
-                    leaser
-                        .lease(&bucket, &store_key, (want, want), 0, now)
-                        .await;
+                    leaser.lease(&bucket, &store_key, ask, 0, now).await;
                 }
             },
             &handle,

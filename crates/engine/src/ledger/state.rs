@@ -23,13 +23,23 @@ pub struct LeaseState {
     pub cold_lease: bool,
     /// When `global_remaining` was read: estimates refill it from then on.
     pub global_read_at: u64,
-    /// A starved key asks the store again only from this time on (never more than `lease_ttl`
-    /// ahead, so a key can always lease again).
+    /// A starved key asks the store again only from this time on: a lease horizon on, or its
+    /// turn in the key's queue of starved callers where the store gave one (`queued`). Never
+    /// more than `max(lease_ttl, 2·live instances / starved_calls_per_sec)` ahead, so a key
+    /// can always lease again.
     pub retry_at: u64,
+    /// Whether the last lease came up short and the store gave this instance a turn
+    /// (`retry_at`): the key is starved fleet-wide. Until the turn its lease is kept whatever its
+    /// age (the sweep returns it no sooner), and at the turn it asks for the demand it saw
+    /// meanwhile (`spent_since_lease + denied_since_lease`).
+    pub queued: bool,
     /// When the last lease was granted (lease_ttl return, demand estimate).
     pub leased_at: u64,
     /// Tokens spent since the last lease was granted.
     pub spent_since_lease: u64,
+    /// Hits denied for want of tokens since the last lease was granted (saturating): with
+    /// `spent_since_lease`, the demand a starved key saw while it waited for its turn.
+    pub denied_since_lease: u32,
     /// Smoothed demand, tokens per second (an estimate: `f32` keeps every key 4 bytes smaller).
     pub demand_per_sec: f32,
     /// The size of the last lease asked for, up to `u32::MAX` (the low watermark is half of it).
@@ -103,8 +113,10 @@ impl LeaseState {
             cold_lease: false,
             global_read_at: now,
             retry_at: 0,
+            queued: false,
             leased_at: now,
             spent_since_lease: 0,
+            denied_since_lease: 0,
             demand_per_sec: 0.0,
             last_want: 0,
             rare: None,
@@ -188,6 +200,12 @@ impl LeaseState {
         !self.global_known || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0
     }
 
+    /// Counts `hits` denied for want of tokens (the demand a starved key sees while it waits).
+    pub(super) fn denied(&mut self, hits: u64) {
+        let hits = u32::try_from(hits).unwrap_or(u32::MAX);
+        self.denied_since_lease = self.denied_since_lease.saturating_add(hits);
+    }
+
     /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and
     /// returns the rest.
     pub(super) fn pay_from_lease(&mut self, n: u64) -> u64 {
@@ -254,6 +272,7 @@ impl LeaseState {
         self.read_global(remaining, now);
         self.leased_at = now;
         self.spent_since_lease = 0;
+        self.denied_since_lease = 0;
         // The fallback's local bucket starts empty from each grant and refills at the share's
         // rate: while the store answers, the global bucket holds this key's burst, so an outage
         // must not add another one on top.

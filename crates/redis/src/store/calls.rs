@@ -4,7 +4,7 @@
 
 use redis::RedisError;
 use sluice_core::bucket::Rate;
-use sluice_engine::{LeaseGrant, StoreError};
+use sluice_engine::{LeaseAsk, LeaseGrant, StoreError};
 
 use super::RedisStore;
 use super::errors::{classify, retry_alone, trips_breaker};
@@ -20,21 +20,22 @@ impl RedisStore {
         want: u64,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        self.grant(&scripts::bucket_call(&LEASE, key, &rate, now, &[want]))
+        self.lease_asking_at(key, rate, LeaseAsk::exactly(want), now)
             .await
     }
 
-    /// [`GlobalStore::lease_keeping_half`] with an explicit `now` (the conformance suite).
-    pub async fn lease_keeping_half_at(
+    /// [`GlobalStore::lease_asking`] with an explicit `now` (the conformance suite).
+    pub async fn lease_asking_at(
         &self,
         key: &str,
         rate: Rate,
-        (want, least): (u64, u64),
+        ask: LeaseAsk,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let args = [want, least];
-        self.grant(&scripts::bucket_call(&LEASE, key, &rate, now, &args))
+        let args = [ask.want, ask.least, ask.turn_gap, ask.starved_below];
+        self.call(&scripts::bucket_call(&LEASE, key, &rate, now, &args))
             .await
+            .map(lease_grant_of)
     }
 
     /// Charge with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
@@ -205,5 +206,17 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
         remaining: milli as f64 / 1000.0,
         window,
         ends_in: u64::try_from(ends_in).ok(),
+        turn_in: None,
+    }
+}
+
+/// `lease.lua`'s answer: a grant, and the caller's turn in the key's queue of starved callers
+/// (-1: none).
+pub(super) fn lease_grant_of(
+    (granted, milli, window, ends_in, turn_in): (u64, i64, u64, i64, i64),
+) -> LeaseGrant {
+    LeaseGrant {
+        turn_in: u64::try_from(turn_in).ok(),
+        ..grant_of((granted, milli, window, ends_in))
     }
 }

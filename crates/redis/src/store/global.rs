@@ -6,24 +6,24 @@ use std::time::Duration;
 
 use sluice_core::bucket::Rate;
 use sluice_engine::store::StoreFuture;
-use sluice_engine::{GlobalStore, LeaseGrant, StoreError};
+use sluice_engine::{GlobalStore, LeaseAsk, LeaseGrant, StoreError};
 
 use super::RedisStore;
-use super::calls::grant_of;
+use super::calls::lease_grant_of;
 use super::errors::classify;
 use crate::scripts::{DEMAND, LEASE, RELEASE};
 
 impl GlobalStore for RedisStore {
-    fn lease_keeping_half<'a>(
+    fn lease_asking<'a>(
         &'a self,
         key: &'a str,
         rate: Rate,
-        want: u64,
-        least: u64,
+        ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(async move {
-            let answer = self.batched(&LEASE, key, &rate, &[want, least]).await;
-            answer.map(grant_of)
+            let args = [ask.want, ask.least, ask.turn_gap, ask.starved_below];
+            let answer = self.batched(&LEASE, key, &rate, &args).await;
+            answer.map(lease_grant_of)
         })
     }
 
