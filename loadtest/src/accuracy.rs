@@ -446,7 +446,9 @@ fn report(
                     b.as_secs_f64()
                 ))
             ),
-            _ => String::new(),
+            // Without a fault, fallbacks mean the store answered too late (or the sidecar
+            // could not reach it): a denial under the limit then is the fallback's.
+            _ => format!(", {fallbacks} decisions by fallback"),
         }
     );
 }

@@ -35,6 +35,20 @@ fn engine_errors_name_their_line() {
         "must be above zero",
     );
     located("engine:\n  lease_horizon: 1.5s\n", 2, "unknown unit");
+    for bad in ["0", "1000001", "18446744073709551615"] {
+        located(
+            &format!("engine:\n  starved_calls_per_sec: {bad}\n"),
+            2,
+            &format!("starved_calls_per_sec must be in [1, 1000000], not {bad}"),
+        );
+    }
+    located(
+        "engine:\n  starved_calls_per_sec: -1\n",
+        2,
+        "starved_calls_per_sec",
+    );
+    let ok = parse_config("engine:\n  starved_calls_per_sec: 1000000\n").expect("the most");
+    assert_eq!(ok.engine.starved_calls_per_sec, 1_000_000);
 }
 
 /// Durations that overflowed later (a panic in the heartbeat task, a wrap to 0.45 s) are errors.

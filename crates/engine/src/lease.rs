@@ -214,11 +214,14 @@ impl Leaser {
         let turn_gap = self.turn_gap(charge.info.mode, &bucket.rate);
         if let (Some(seen), true) = (queued_demand, turn_gap > 0) {
             // Its turn (or a request denied since the last lease): ask for what was asked of
-            // this instance since the last lease (it will wait about as long again), not a lease
-            // horizon's worth capped at a fraction of the burst: each turn then takes what
-            // refilled since the turn before it, and the fleet's starved calls take all of `L`
-            // at `starved_calls_per_sec` calls a second.
-            let want = seen.clamp(missing, bucket.rate.burst.max(missing));
+            // this instance since the last lease (it will wait about as long again), up to what
+            // the key refills in a lease horizon or a turn gap (or `max_lease_fraction` of the
+            // burst, where more): each turn then takes what refilled since the turn before it,
+            // so the fleet's starved calls take all of `L` at `starved_calls_per_sec` calls a
+            // second, and no sidecar takes more than it is likely to get to spend (after a
+            // reset, the burst goes to every sidecar that asks, not to the first).
+            let most = self.turn_ask_cap(&bucket.rate, turn_gap).max(missing);
+            let want = seen.clamp(missing, most);
             let ask = LeaseAsk {
                 want,
                 least: want,
@@ -268,6 +271,15 @@ impl Leaser {
         };
         self.lease(bucket, charge.store_key(), ask, charge.hits, now)
             .await
+    }
+
+    /// The most a demand-sized ask takes: what `rate` refills in a lease horizon or a turn
+    /// gap, whichever is longer, or `max_lease_fraction` of the burst, where more; at most the
+    /// burst.
+    fn turn_ask_cap(&self, rate: &sluice_core::bucket::Rate, turn_gap: u64) -> u64 {
+        let span = micros(self.settings.lease_horizon).max(turn_gap);
+        let refilled = rate.refill(0.0, span).ceil() as u64;
+        refilled.max(self.lease_cap(rate.burst, 0)).min(rate.burst)
     }
 
     /// The gap between turns of a starved key's callers (µs; 0: no turns): a strict token
