@@ -233,14 +233,16 @@ impl Leaser {
                 .await;
             let mut state = bucket.lock();
             if failed.is_none() && !state.queued {
-                // All it asked for. Where the bucket is still below half its burst the key is
-                // still contended: the lease, enough for about as long as this instance waited,
-                // is kept that long (the sweep would hand most of it back after `lease_ttl`,
-                // into a bucket that missed turns may have let fill), and the next ask is
-                // sized the same way. It asks again as soon as the lease runs out: no turn to
-                // wait for, so a key whose demand fell under its limit is never denied here.
-                // Far from its limit, the key is back to ordinary leases.
-                state.queued = !state.cold_lease;
+                // All it asked for. If this instance had to deny since its last lease and the
+                // bucket is still below half its burst, the key is still contended: the lease,
+                // enough for about as long as this instance waited, is kept that long (the
+                // sweep would hand most of it back after `lease_ttl`, into a bucket that missed
+                // turns may have let fill), and the next ask is sized the same way. It asks
+                // again as soon as the lease runs out: no turn to wait for, so a key whose
+                // demand fell under its limit is never denied here. A lease that covered its
+                // demand, or a bucket far from its limit, is back to ordinary leases (else
+                // leases sized for a wait that no longer comes would hold the burst).
+                state.queued = denying && !state.cold_lease;
             }
             return failed;
         }

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use redis::Script;
 use sluice_core::bucket::Rate;
 
-/// `lease.lua`: refill and take up to `want` tokens; returns `{granted, remaining_millitokens,
-/// window, ends_in}`.
+/// `lease.lua`: refill and take up to `want` tokens (and give a starved caller a turn); returns
+/// `{granted, remaining_millitokens, window, ends_in, turn_in}`.
 pub static LEASE: LazyLock<Script> =
     LazyLock::new(|| bucket_script(include_str!("../lua/lease.lua")));
 /// `release.lua`: refill and give tokens back (capped at the burst); returns remaining millitokens.
