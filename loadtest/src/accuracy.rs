@@ -186,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let calls_before = script_calls(&redis_ports).await?;
     let trips_before = round_trips(&sidecars);
+    let key_calls_before = key_calls(&sidecars);
     let fallbacks_before = fallback_decisions(&sidecars);
 
     let keys = KeyPicker::zipf(args.keys);
@@ -294,6 +295,7 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .saturating_sub(calls_before);
     let trips = (round_trips(&sidecars) - trips_before) as u64;
+    let key_calls = (key_calls(&sidecars) - key_calls_before) as u64;
     report(
         &args,
         burst,
@@ -301,7 +303,7 @@ async fn main() -> anyhow::Result<()> {
         &keys,
         &tally,
         (worst_excess, samples_over),
-        (calls, trips),
+        (calls, key_calls, trips),
         fault_at.map(|_| ()),
         enforcement_back,
         (
@@ -311,6 +313,12 @@ async fn main() -> anyhow::Result<()> {
         windows.then(|| windows::check(&tally.log.records(), args.limit, 1_000_000)),
     );
     Ok(())
+}
+
+/// `sluice_store_calls_total` summed over the sidecars: the calls on the keys (leases, returns,
+/// reads, usage), without the heartbeats and probes each sidecar sends whatever its keys.
+fn key_calls(sidecars: &[Sluice]) -> f64 {
+    sidecars::sum_metric(sidecars, |l| l.starts_with("sluice_store_calls_total"))
 }
 
 /// `sluice_redis_round_trips_total` summed over the sidecars (a batch of calls is one).
@@ -335,7 +343,7 @@ fn report(
     keys: &KeyPicker,
     tally: &Tally,
     (worst_excess, samples_over): (f64, u32),
-    (calls, trips): (u64, u64),
+    (calls, key_calls, trips): (u64, u64, u64),
     fault: Option<()>,
     enforcement_back: Option<Duration>,
     (fallbacks, fallback_secs): (u64, f64),
@@ -414,7 +422,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -432,6 +440,8 @@ fn report(
         },
         100.0 * calls as f64 / sent.max(1) as f64,
         calls as f64 / keys.len() as f64 / elapsed,
+        100.0 * key_calls as f64 / sent.max(1) as f64,
+        key_calls as f64 / keys.len() as f64 / elapsed,
         100.0 * trips as f64 / sent.max(1) as f64,
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),
