@@ -111,12 +111,17 @@ pub async fn drive(
     // The Unix clock windows are aligned to (as Redis TIME is).
     let unix = sluice_core::SystemClock::new();
     let mut rng = seed | 1;
+    // Each sidecar's requests start at a phase of their own (a fraction of one gap, from the
+    // seed): with one start for all, every sidecar sent its k-th request at k/rate, so 128
+    // sidecars at 0.6 req/s each sent 128 requests in the same millisecond every 1.6 s, more
+    // than the burst, and denials a real token bucket makes too counted as "under the ideal".
+    let phase = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
     let mut sent = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     while Instant::now() < until {
         tick.tick().await;
-        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        let due = (start.elapsed().as_secs_f64() * rate + phase) as u64;
         while sent < due {
             sent += 1;
             // xorshift64*: a small, fast PRNG is all key picking needs.
