@@ -3,8 +3,11 @@
 # processes on one Redis (and a 3-master cluster), 10 s per run, release build. Each run is the
 # accuracy harness (`target/release/accuracy`); each sidecar is its own sluice process, as it is
 # deployed (128 processes fit on 2 cores at this load: ~30 MiB each).
-# Reports Redis script calls per 100 decisions and per key-second, admitted against B + L·t,
-# denials (and those under the ideal: a key under its limit denied), and the harness's p99.
+# Reports Redis script calls per 100 decisions and per key-second (all of them, and those on
+# the keys: without the heartbeat each sidecar sends once a second), admitted against B + L·t,
+# denials (and those under the ideal: a key under its limit denied), decisions by fallback, and
+# the harness's p99. Each sidecar's requests start at a phase of their own. A starved key's
+# queue of turns takes about N/10 s to form: SECONDS_PER_RUN=30 shows it at 128 sidecars.
 #   NS="2 8 32 128"        sidecar counts
 #   LOADS="400 80"         offered req/s: 4x the limit (starved) and 80% of it (under the limit)
 #   TARGETS="standalone cluster"
