@@ -356,7 +356,6 @@ impl Leaser {
                 .micros_until_at(grant.remaining, missing as f64, now)
                 .unwrap_or(u64::MAX);
             let horizon = micros(self.settings.lease_horizon);
-            let ttl = micros(self.settings.lease_ttl).max(horizon);
             let wait = if self.store.is_in_process() {
                 until.max(1)
             } else if sliding {
@@ -373,7 +372,7 @@ impl Leaser {
                     state.queued = true;
                     (wait.max(turn), self.longest_wait(ask.turn_gap))
                 }
-                None => (wait, ttl),
+                None => (wait, self.longest_wait_without_turn()),
             };
             state.retry_at = now.saturating_add(wait.min(most));
         }

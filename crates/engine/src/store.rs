@@ -25,8 +25,8 @@ pub struct LeaseGrant {
     /// leased tokens never lapse.
     pub ends_in: Option<u64>,
     /// A starved lease that asked for a turn ([`LeaseAsk::turn_gap`]): microseconds until the
-    /// caller's turn to ask again, by the store's clock. `None` when the grant was not short
-    /// of `least`, or no turn was asked for.
+    /// caller's turn to ask again, by the store's clock. `None` when no turn was asked for, or
+    /// the grant was short neither of `starved_below` nor (while turns are to come) of `least`.
     pub turn_in: Option<u64>,
 }
 
@@ -124,9 +124,9 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// below half its burst: `min(want, whole tokens, max(least, whole tokens above half the
     /// burst))` (`BucketState::take_keeping_half`). A cold lease asks this way, so it takes its
     /// tokens ahead of demand only from a bucket far from its limit, however many sidecars ask
-    /// at once. A grant short of `starved_below` with a `turn_gap` also gets a turn in the key's
-    /// queue of starved callers ([`next_turn`], [`LeaseGrant::turn_in`]); a store whose callers never
-    /// wait for one (the in-process store) may give none.
+    /// at once. With a `turn_gap`, a grant short of `starved_below` (or of `least` while turns
+    /// are to come) also gets a turn in the key's queue of starved callers ([`next_turn`],
+    /// [`LeaseGrant::turn_in`]); a store whose callers never wait for one may give none.
     fn lease_asking<'a>(
         &'a self,
         key: &'a str,

@@ -89,8 +89,14 @@ impl Leaser {
     /// cannot lock a key out for longer.
     pub(super) fn longest_wait(&self, turn_gap: u64) -> u64 {
         let queue = self.store.live_instances().saturating_mul(turn_gap);
-        let ttl = micros(self.settings.lease_ttl).max(micros(self.settings.lease_horizon));
-        ttl.max(queue.saturating_mul(2))
+        self.longest_wait_without_turn()
+            .max(queue.saturating_mul(2))
+    }
+
+    /// The longest any starved key waits: `lease_ttl` (at least a lease horizon), so a reset, a
+    /// returned lease or a rate that never refills is seen again soon.
+    pub(super) fn longest_wait_without_turn(&self) -> u64 {
+        micros(self.settings.lease_ttl).max(micros(self.settings.lease_horizon))
     }
 
     /// How long a starved key's lease is kept ([`longest_wait`](Self::longest_wait) at the
