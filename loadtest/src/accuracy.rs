@@ -187,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
     let calls_before = script_calls(&redis_ports).await?;
     let trips_before = round_trips(&sidecars);
     let key_calls_before = key_calls(&sidecars);
+    let returns_before = returns(&sidecars);
     let fallbacks_before = fallback_decisions(&sidecars);
 
     let keys = KeyPicker::zipf(args.keys);
@@ -296,6 +297,7 @@ async fn main() -> anyhow::Result<()> {
         .saturating_sub(calls_before);
     let trips = (round_trips(&sidecars) - trips_before) as u64;
     let key_calls = (key_calls(&sidecars) - key_calls_before) as u64;
+    let returns = (returns(&sidecars) - returns_before) as u64;
     report(
         &args,
         burst,
@@ -303,7 +305,7 @@ async fn main() -> anyhow::Result<()> {
         &keys,
         &tally,
         (worst_excess, samples_over),
-        (calls, key_calls, trips),
+        (calls, (key_calls, returns), trips),
         fault_at.map(|_| ()),
         enforcement_back,
         (
@@ -319,6 +321,14 @@ async fn main() -> anyhow::Result<()> {
 /// reads, usage), without the heartbeats and probes each sidecar sends whatever its keys.
 fn key_calls(sidecars: &[Sluice]) -> f64 {
     sidecars::sum_metric(sidecars, |l| l.starts_with("sluice_store_calls_total"))
+}
+
+/// Of [`key_calls`], the returns of unspent leases (`op="release"`): what a key costs after
+/// its decisions, off their path.
+fn returns(sidecars: &[Sluice]) -> f64 {
+    sidecars::sum_metric(sidecars, |l| {
+        l.starts_with("sluice_store_calls_total{") && l.contains("op=\"release\"")
+    })
 }
 
 /// `sluice_redis_round_trips_total` summed over the sidecars (a batch of calls is one).
@@ -343,7 +353,7 @@ fn report(
     keys: &KeyPicker,
     tally: &Tally,
     (worst_excess, samples_over): (f64, u32),
-    (calls, key_calls, trips): (u64, u64, u64),
+    (calls, (key_calls, returns), trips): (u64, (u64, u64), u64),
     fault: Option<()>,
     enforcement_back: Option<Duration>,
     (fallbacks, fallback_secs): (u64, f64),
@@ -422,7 +432,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second, of them returns of leases {returns}; first sights of a key on a sidecar: {}, {:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -442,6 +452,8 @@ fn report(
         calls as f64 / keys.len() as f64 / elapsed,
         100.0 * key_calls as f64 / sent.max(1) as f64,
         key_calls as f64 / keys.len() as f64 / elapsed,
+        tally.first_sights.load(Ordering::Relaxed),
+        100.0 * tally.first_sights.load(Ordering::Relaxed) as f64 / sent.max(1) as f64,
         100.0 * trips as f64 / sent.max(1) as f64,
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),

@@ -56,6 +56,10 @@ pub struct Tally {
     pub sent: Vec<AtomicU64>,
     /// gRPC errors.
     pub errors: AtomicU64,
+    /// Keys a sidecar was sent for the first time, over all sidecars: each needs a store call
+    /// (nothing is known of a key a sidecar never saw), the floor of a key set's store calls
+    /// when no call waits for others to share its round trip.
+    pub first_sights: AtomicU64,
     /// Latencies in microseconds, with the send time (ms since start).
     pub latencies: std::sync::Mutex<Vec<(u64, u64)>>,
     /// Every request on the Unix clock, for per-window checks.
@@ -69,6 +73,7 @@ impl Tally {
             admitted: (0..keys).map(|_| AtomicU64::new(0)).collect(),
             sent: (0..keys).map(|_| AtomicU64::new(0)).collect(),
             errors: AtomicU64::new(0),
+            first_sights: AtomicU64::new(0),
             latencies: std::sync::Mutex::new(Vec::new()),
             log: crate::windows::Log::default(),
         })
@@ -117,6 +122,7 @@ pub async fn drive(
     // than the burst, and denials a real token bucket makes too counted as "under the ideal".
     let phase = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
     let mut sent = 0u64;
+    let mut seen = vec![false; keys.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     while Instant::now() < until {
@@ -130,6 +136,9 @@ pub async fn drive(
             rng ^= rng >> 27;
             let u = (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
             let key = keys.pick(u);
+            if !std::mem::replace(&mut seen[key], true) {
+                tally.first_sights.fetch_add(1, Ordering::Relaxed);
+            }
             let Ok(permit) = Arc::clone(&inflight).acquire_owned().await else {
                 return;
             };
