@@ -218,9 +218,15 @@ async fn main() -> anyhow::Result<()> {
     // Decisions answered by a rule's fallback (the store too slow, failing or unreachable), and
     // how long they kept coming (100 ms samples in which the count grew).
     let (mut fallbacks, mut fallback_samples) = (fallback_decisions(&sidecars), 0u32);
+    // The second half of the run (a fleet's queue of turns forms in its first `n / C` seconds):
+    // when it began, and the key calls and admitted requests by then.
+    let mut second_half: Option<(f64, f64, u64)> = None;
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let t = start.elapsed().as_secs_f64();
+        if second_half.is_none() && t >= args.seconds as f64 / 2.0 {
+            second_half = Some((t, key_calls(&sidecars), tally.total_admitted()));
+        }
         if fault_at.is_some() {
             let now = fallback_decisions(&sidecars);
             fallback_samples += u32::from(now > fallbacks);
@@ -296,8 +302,14 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .saturating_sub(calls_before);
     let trips = (round_trips(&sidecars) - trips_before) as u64;
-    let key_calls = (key_calls(&sidecars) - key_calls_before) as u64;
+    let key_calls_now = key_calls(&sidecars);
+    let key_calls = (key_calls_now - key_calls_before) as u64;
     let returns = (returns(&sidecars) - returns_before) as u64;
+    let settled = second_half.map(|(t, calls_then, admitted_then)| Settled {
+        seconds: elapsed - t,
+        key_calls: key_calls_now - calls_then,
+        admitted: tally.total_admitted() - admitted_then,
+    });
     report(
         &args,
         burst,
@@ -306,6 +318,7 @@ async fn main() -> anyhow::Result<()> {
         &tally,
         (worst_excess, samples_over),
         (calls, (key_calls, returns), trips),
+        settled,
         fault_at.map(|_| ()),
         enforcement_back,
         (
@@ -315,6 +328,13 @@ async fn main() -> anyhow::Result<()> {
         windows.then(|| windows::check(&tally.log.records(), args.limit, 1_000_000)),
     );
     Ok(())
+}
+
+/// The second half of a run, once a fleet has settled.
+struct Settled {
+    seconds: f64,
+    key_calls: f64,
+    admitted: u64,
 }
 
 /// `sluice_store_calls_total` summed over the sidecars: the calls on the keys (leases, returns,
@@ -354,6 +374,7 @@ fn report(
     tally: &Tally,
     (worst_excess, samples_over): (f64, u32),
     (calls, (key_calls, returns), trips): (u64, (u64, u64), u64),
+    settled: Option<Settled>,
     fault: Option<()>,
     enforcement_back: Option<Duration>,
     (fallbacks, fallback_secs): (u64, f64),
@@ -432,7 +453,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second, of them returns of leases {returns}; first sights of a key on a sidecar: {}, {:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions), errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second, of them returns of leases {returns}; first sights of a key on a sidecar: {}, {:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions){}, errors {}, p99 {:.2} ms{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -455,6 +476,18 @@ fn report(
         tally.first_sights.load(Ordering::Relaxed),
         100.0 * tally.first_sights.load(Ordering::Relaxed) as f64 / sent.max(1) as f64,
         100.0 * trips as f64 / sent.max(1) as f64,
+        settled.map_or(String::new(), |s| format!(
+            "; second half ({:.1}s): {:.2} calls on the keys a second, {:.2} per key-second, admitted {}{}",
+            s.seconds,
+            s.key_calls / s.seconds,
+            s.key_calls / keys.len() as f64 / s.seconds,
+            s.admitted,
+            if args.keys == 1 {
+                format!(" ({:.2}% of L·t)", 100.0 * s.admitted as f64 / (args.limit as f64 * s.seconds))
+            } else {
+                String::new()
+            }
+        )),
         tally.errors.load(Ordering::Relaxed),
         p99(&mut normal),
         match (fault, enforcement_back) {
