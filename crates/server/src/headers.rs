@@ -20,7 +20,7 @@ pub struct PolicyView<'a> {
     pub quota: u64,
     /// Window length in seconds.
     pub window_secs: u64,
-    /// Requests left now.
+    /// Requests left now, at most `quota` (a burst above the quota is not announced).
     pub remaining: u64,
     /// Seconds until the quota is full again.
     pub reset_secs: u64,
@@ -57,7 +57,9 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
                 name: sf_string_content(label),
                 quota: limit.rate.requests_per_unit,
                 window_secs: limit.rate.period_secs(),
-                remaining: o.remaining,
+                // Never more than the quota the same answer announces: a burst above the
+                // limit is room the headers do not promise (issue 25: `q=200` with `r=207`).
+                remaining: o.remaining.min(limit.rate.requests_per_unit),
                 reset_secs: ceil_secs(o.until_full),
                 denial,
                 retry_after_secs,

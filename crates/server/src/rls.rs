@@ -106,10 +106,17 @@ fn status(decision: &Decision, o: &DescriptorOutcome) -> DescriptorStatus {
         .and_then(|id| decision.rules.rule(id))
         .and_then(|r| r.explicit_name.clone())
         .unwrap_or_default();
+    let current_limit = current_limit(name, &limit.rate);
+    // Never more than the limit the same status announces (Envoy turns both into
+    // `x-ratelimit-limit` and `x-ratelimit-remaining`): a burst above the limit, or a limit given
+    // in a longer unit's share, is room this answer does not promise.
+    let limit_remaining = u32::try_from(o.remaining)
+        .unwrap_or(u32::MAX)
+        .min(current_limit.requests_per_unit);
     DescriptorStatus {
         code: code(o.code),
-        current_limit: Some(current_limit(name, &limit.rate)),
-        limit_remaining: u32::try_from(o.remaining).unwrap_or(u32::MAX),
+        current_limit: Some(current_limit),
+        limit_remaining,
         duration_until_reset: Some(crate::durations::envoy(o.until_full)),
         ..DescriptorStatus::default()
     }

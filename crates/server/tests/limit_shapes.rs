@@ -1,7 +1,8 @@
 //! Limit shapes in answers, over real gRPC: flexible periods (`unit_multiplier`) in RLS
 //! `current_limit` as well as its proto can say it, in ext_authz's `RateLimit-Policy` exactly
 //! (`w=` in seconds) and in GetQuota; several limits on one descriptor (`rate_limits`): the
-//! most restrictive answers, GetQuota shows each.
+//! most restrictive answers, GetQuota shows each; what remains is never more than the limit
+//! the same answer announces.
 
 mod common;
 
@@ -22,10 +23,13 @@ domains:
         rate_limits:
           - {unit: second, requests_per_unit: 10, name: per_second}
           - {unit: day, requests_per_unit: 12, name: per_day}
+      - key: bursty
+        rate_limit: {unit: second, requests_per_unit: 10, burst: 20, name: bursty}
 authz:
   domain: api
   descriptors:
     - [{key: tenant, from: {header: x-tenant}}]
+    - [{key: bursty, from: {header: x-bursty}}]
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,7 +51,10 @@ async fn rls_reports_the_rate_in_units_envoy_knows() {
     };
     assert_eq!(limit(0), (10, 2), "100 per 10 minutes: 10 per MINUTE");
     assert_eq!(limit(1), (280, 3), "7 per 90 s: 280 per HOUR");
-    assert_eq!(resp.statuses[0].limit_remaining, 99, "the burst is the 100");
+    assert_eq!(
+        resp.statuses[0].limit_remaining, 10,
+        "99 of the 100 are left, but the answer announces 10 per MINUTE: never more than that"
+    );
     server.stop().await.expect("clean stop");
 }
 
@@ -109,5 +116,46 @@ async fn several_limits_answer_with_the_tightest_and_get_quota_shows_each() {
     assert_eq!((day.rule.as_str(), day.requests_per_unit), ("per_day", 12));
     let left = day.global_remaining + day.local_lease as f64;
     assert!((2.0..2.01).contains(&left), "10 charged on the day: {left}");
+    server.stop().await.expect("clean stop");
+}
+
+/// Burst 20 at 10/s, first request: 19 tokens are left, but both APIs announce 10 a second, so
+/// neither says more than 10 remain (a client pacing by the headers is never promised room a
+/// later answer takes back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remaining_is_never_above_the_limit_announced() {
+    let server = TestServer::start(PERIODS).await;
+    let mut rls = server.rls().await;
+    let resp = rls
+        .should_rate_limit(request("api", &[&[("bursty", "a")]]))
+        .await
+        .expect("rpc")
+        .into_inner();
+    let s = &resp.statuses[0];
+    let limit = s.current_limit.as_ref().expect("current_limit");
+    assert_eq!((limit.requests_per_unit, s.limit_remaining), (10, 10));
+    // Ten more pass (the burst), and what remains goes down once below the limit.
+    let mut left = Vec::new();
+    for _ in 0..10 {
+        let resp = rls
+            .should_rate_limit(request("api", &[&[("bursty", "a")]]))
+            .await
+            .expect("rpc")
+            .into_inner();
+        assert_eq!(resp.overall_code, Code::Ok as i32);
+        left.push(resp.statuses[0].limit_remaining);
+    }
+    assert_eq!(left.iter().max(), Some(&10));
+    assert!(left.last().is_some_and(|&l| l <= 9), "{left:?}");
+
+    let mut authz = server.authz().await;
+    let resp = authz
+        .check(check_request(&[("x-bursty", "b")]))
+        .await
+        .expect("rpc")
+        .into_inner();
+    let h = headers_of(&resp);
+    assert_eq!(h["ratelimit-policy"], r#""bursty";q=10;w=1"#);
+    assert_eq!(h["ratelimit"], r#""bursty";r=10;t=1"#);
     server.stop().await.expect("clean stop");
 }
