@@ -27,6 +27,15 @@ metrics=$(mktemp)
 curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" > "$metrics"
 python3 scripts/check-dashboard.py deploy/grafana/sluice.json docs/metrics.md "$metrics"
 rm -f "$metrics"
+echo "== descriptor values stay in the container without a read token"
+# The host reaches the admin port through Docker's port mapping, so sluice sees a peer beyond
+# its loopback: /quota must refuse (401) and say why (over loopback it answers: server tests).
+code=$(curl -s -o /tmp/sluice-quota-refused -w '%{http_code}' "127.0.0.1:$DEMO_ADMIN_A/quota?domain=demo&client=alice")
+[ "$code" = 401 ] && grep -q "served only on loopback" /tmp/sluice-quota-refused \
+  || { echo "/quota from beyond loopback: $code $(cat /tmp/sluice-quota-refused)" >&2; exit 1; }
+curl -fsS "127.0.0.1:$DEMO_ADMIN_A/metrics" >/dev/null || { echo "/metrics must stay open" >&2; exit 1; }
+echo "/quota from the host: 401 ($(head -c 60 /tmp/sluice-quota-refused)…); /metrics open"
+rm -f /tmp/sluice-quota-refused
 deploy/demo.sh --down
 trap - EXIT
 

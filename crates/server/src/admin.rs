@@ -1,6 +1,7 @@
 //! The admin HTTP port (hyper 1): `/metrics`, `/healthz`, `/readyz`.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -14,9 +15,10 @@ use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Connected as _;
 
 use crate::incoming::CappedIncoming;
-use crate::state::AppState;
+use crate::state::{AppState, Caller};
 
 /// Serves admin HTTP on `listener` until `stop` is cancelled: at most
 /// `limits.admin_max_connections` connections at once (further ones wait in the listen backlog),
@@ -53,10 +55,11 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
         let state = Arc::clone(&state);
         let stop = stop.clone();
         let header_timeout = state.limits.admin_header_timeout;
+        let peer = stream.connect_info().remote_addr();
         tasks.spawn(async move {
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(handle(&state, &req).await) }
+                async move { Ok::<_, Infallible>(handle(&state, &req, peer).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -72,28 +75,37 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
     }
 }
 
-/// Whether the request may read quota and config (the read token, when one is configured).
-fn may_read(state: &AppState, req: &Request<Incoming>) -> bool {
+/// Whether the request may read quota and config (`Runtime::may_read`: the read token, or
+/// without one, a caller on loopback).
+fn may_read(
+    state: &AppState,
+    req: &Request<Incoming>,
+    peer: Option<SocketAddr>,
+) -> Result<(), &'static str> {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    state.runtime.load().may_read(presented)
+    state
+        .runtime
+        .load()
+        .may_read(presented, Caller::at(peer, false))
 }
 
 /// Answers one admin request.
-pub async fn handle(state: &AppState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(
+    state: &AppState,
+    req: &Request<Incoming>,
+    peer: Option<SocketAddr>,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
     }
     match req.uri().path() {
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
-        "/config" | "/quota" if !may_read(state, req) => {
-            let mut r = text(
-                StatusCode::UNAUTHORIZED,
-                "needs `Authorization: Bearer <read token>` (admin.read_token_*)\n".into(),
-            );
+        "/config" | "/quota" if let Err(why) = may_read(state, req, peer) => {
+            let mut r = text(StatusCode::UNAUTHORIZED, format!("{why}\n"));
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 http::HeaderValue::from_static("Bearer"),

@@ -27,19 +27,22 @@ impl QuotaService {
         Self { state }
     }
 
-    /// Refuses a read of the Quota API without the read token (when one is configured).
+    /// Refuses a read of the Quota API without the read token (when one is configured), or,
+    /// without one, from beyond loopback (`Runtime::may_read`).
     fn authorize_read<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let presented = request
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        if self.state.runtime.load().may_read(presented) {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated(
-                "the Quota read API needs `authorization: Bearer <read token>` (admin.read_token_*)",
-            ))
-        }
+        let from = crate::state::Caller::at(
+            request.remote_addr(),
+            request.peer_certs().is_some_and(|c| !c.is_empty()),
+        );
+        self.state
+            .runtime
+            .load()
+            .may_read(presented, from)
+            .map_err(|why| Status::unauthenticated(format!("the Quota read API {why}")))
     }
 
     /// `ResetQuota`, behind the bearer token.

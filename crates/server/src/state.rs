@@ -31,12 +31,46 @@ pub struct Runtime {
     pub read_token: Option<sluice_core::config::load::ResetToken>,
 }
 
+/// What a refused read is told when no read token is set.
+const NOT_FROM_LOOPBACK: &str = "quota and config reads show descriptor values: without a read token (admin.read_token_env or read_token_file) they are served only on loopback or to a client certificate";
+
+/// What a refused read is told when a read token is set.
+const NEEDS_READ_TOKEN: &str =
+    "needs `authorization: Bearer <read token>` (admin.read_token_env or read_token_file)";
+
+/// Who is reading, as far as the connection tells.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller {
+    /// The peer address is a loopback address (127.0.0.0/8, ::1, or ::ffff:127.x.y.z).
+    pub loopback: bool,
+    /// The connection presented a client certificate the server verified (mutual TLS).
+    pub client_certificate: bool,
+}
+
+impl Caller {
+    /// A caller at `peer` (`None`: unknown, e.g. a Unix socket in tests: not loopback).
+    pub fn at(peer: Option<std::net::SocketAddr>, client_certificate: bool) -> Self {
+        Self {
+            loopback: peer.is_some_and(|p| p.ip().to_canonical().is_loopback()),
+            client_certificate,
+        }
+    }
+}
+
 impl Runtime {
-    /// Whether `authorization` (the header's value) may read quotas: always if no read token is
-    /// set; else with `Bearer <read token>` or `Bearer <reset token>`.
-    pub fn may_read(&self, authorization: Option<&str>) -> bool {
+    /// Whether a caller may read quotas and config (reads that show descriptor values): with a
+    /// read token set, whoever presents `Bearer <read token>` or `Bearer <reset token>` in
+    /// `authorization` (the header's value); without one, only callers on this host's loopback
+    /// (`from.loopback`: the pod's own containers, `kubectl exec` or `port-forward`) or
+    /// authenticated by a client certificate (`from.client_certificate`). So a default install
+    /// shows no descriptor value beyond the pod, whatever address its ports are bound to.
+    pub fn may_read(&self, authorization: Option<&str>, from: Caller) -> Result<(), &'static str> {
         let Some(read) = &self.read_token else {
-            return true;
+            return if from.loopback || from.client_certificate {
+                Ok(())
+            } else {
+                Err(NOT_FROM_LOOPBACK)
+            };
         };
         let presented = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
@@ -47,7 +81,11 @@ impl Runtime {
             .reset_token
             .as_ref()
             .is_some_and(|t| t.matches(presented));
-        by_read | by_reset
+        if by_read | by_reset {
+            Ok(())
+        } else {
+            Err(NEEDS_READ_TOKEN)
+        }
     }
 
     /// The runtime part of a loaded config.
@@ -142,5 +180,51 @@ impl AppState {
     /// Whether shutdown has begun.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Caller, NOT_FROM_LOOPBACK, Runtime};
+
+    fn open_runtime() -> Runtime {
+        Runtime {
+            authz: None,
+            response: Default::default(),
+            version: String::new(),
+            shadow_mode: false,
+            reset_token: None,
+            read_token: None,
+        }
+    }
+
+    #[test]
+    fn loopback_is_every_spelling_of_it_and_nothing_else() {
+        let at = |a: &str| Caller::at(Some(a.parse().expect("address")), false).loopback;
+        assert!(at("127.0.0.1:9"));
+        assert!(at("127.3.4.5:9"));
+        assert!(at("[::1]:9"));
+        assert!(at("[::ffff:127.0.0.1]:9"), "IPv4-mapped loopback");
+        assert!(!at("10.1.2.3:9"));
+        assert!(!at("[::ffff:10.1.2.3]:9"));
+        assert!(!at("0.0.0.0:9"));
+        assert!(!at("[fe80::1]:9"));
+        assert!(!Caller::at(None, false).loopback, "unknown is not loopback");
+    }
+
+    #[test]
+    fn without_a_read_token_only_loopback_or_a_client_certificate_reads() {
+        let runtime = open_runtime();
+        let beyond = Caller::at(Some("10.1.2.3:5".parse().expect("address")), false);
+        let local = Caller::at(Some("127.0.0.1:5".parse().expect("address")), false);
+        let certified = Caller::at(Some("10.1.2.3:5".parse().expect("address")), true);
+        assert_eq!(runtime.may_read(None, beyond), Err(NOT_FROM_LOOPBACK));
+        assert_eq!(
+            runtime.may_read(Some("Bearer anything-at-all-here"), beyond),
+            Err(NOT_FROM_LOOPBACK),
+            "no token is configured, so none opens it"
+        );
+        assert_eq!(runtime.may_read(None, local), Ok(()));
+        assert_eq!(runtime.may_read(None, certified), Ok(()));
     }
 }

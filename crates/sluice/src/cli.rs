@@ -194,10 +194,14 @@ pub struct ServeArgs {
     /// A sluice config file, an envoyproxy/ratelimit domain file, or a directory of them.
     #[arg(long, env = "SLUICE_CONFIG")]
     pub config: PathBuf,
-    /// gRPC address (RLS, ext_authz, health, reflection).
-    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    /// gRPC address (RLS, ext_authz, RLQS, usage reports, the Quota API, health, reflection).
+    /// Loopback by default: Envoy beside sluice reaches it there, and nothing else can spend
+    /// quota; a pod or container that must answer on its own address (kubelet's gRPC probes,
+    /// Envoy in another container) says `0.0.0.0:8081`.
+    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     pub grpc_addr: SocketAddr,
-    /// Admin HTTP address (/metrics, /healthz, /readyz).
+    /// Admin HTTP address (/metrics, /healthz, /readyz for Prometheus and kubelet; /config and
+    /// /quota, which show descriptor values, answer beyond loopback only with a read token).
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
     /// After SIGTERM, how long to keep answering while health reports NOT_SERVING (e.g. 2s).
