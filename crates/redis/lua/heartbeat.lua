@@ -28,5 +28,6 @@ if stretched > interval then interval = stretched end
 redis.call('ZADD', KEYS[1], now_ms + 3 * interval, ARGV[1])
 -- The set goes when its last member's deadline passes.
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+-- (Formatted: a score comes back as a float's text, which PEXPIREAT may refuse.)
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(last[2])))
 return {live, interval}
