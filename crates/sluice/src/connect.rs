@@ -66,7 +66,17 @@ pub(crate) async fn channel(target: &Target) -> anyhow::Result<Channel> {
     endpoint
         .connect()
         .await
-        .with_context(|| format!("connecting to {addr}"))
+        .map_err(|e| anyhow::anyhow!("cannot reach sluice at {addr}: {}", root_cause(&e)))
+}
+
+/// The innermost error of `e`'s chain: transport errors repeat their source's words at each
+/// level (`tcp connect error: tcp connect error: Connection refused`); the root says it once.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut root = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    root.to_string()
 }
 
 pub(crate) fn entries(d: &DescriptorArgs) -> Vec<pb::Entry> {

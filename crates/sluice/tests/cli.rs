@@ -297,3 +297,34 @@ fn quota_reset_is_refused_unless_enabled() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ResetQuota is disabled"));
 }
+
+/// A CLI command that cannot reach sluice says where it tried and why, once, and exits non-zero.
+#[test]
+fn an_unreachable_address_is_said_once() {
+    // Nothing listens on port 1 of loopback: the connection is refused at once.
+    let out = sluice()
+        .args([
+            "quota",
+            "get",
+            "--addr",
+            "127.0.0.1:1",
+            "--domain",
+            "d",
+            "-d",
+            "k=v",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot reach sluice at http://127.0.0.1:1: "),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("onnection refused").count(),
+        1,
+        "the reason once: {stderr}"
+    );
+    assert!(!stderr.contains("tcp connect error"), "{stderr}");
+}
