@@ -218,6 +218,7 @@ impl Quota for QuotaService {
             rule: req.rule,
             prefix: req.prefix,
         };
+        known_filter(&self.state.engine.rules(), &filter)?;
         // One pass over every tracked key: off the async workers, and one at a time, so
         // decisions keep flowing and their cores.
         let Some(scan) = self.state.scans.start(&self.state.limits) else {
@@ -350,6 +351,36 @@ impl Quota for QuotaService {
             rules: rules.rules().iter().map(rule_of).collect(),
         }))
     }
+}
+
+/// Refuses (NOT_FOUND) a listing filtered by a domain or rule the loaded config does not have:
+/// a typo would otherwise list nothing and look like a quiet instance.
+fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), Status> {
+    let in_domain = |r: &&sluice_core::Rule| filter.domain.is_empty() || r.domain == filter.domain;
+    if !filter.domain.is_empty() && !rules.rules().iter().any(|r| r.domain == filter.domain) {
+        return Err(Status::not_found(format!(
+            "no domain {:?} in the loaded config (`sluice rules` lists them)",
+            filter.domain
+        )));
+    }
+    if !filter.rule.is_empty()
+        && !rules
+            .rules()
+            .iter()
+            .filter(in_domain)
+            .any(|r| r.label == filter.rule)
+    {
+        return Err(Status::not_found(format!(
+            "no rule {:?}{} in the loaded config (`sluice rules` lists their names)",
+            filter.rule,
+            if filter.domain.is_empty() {
+                String::new()
+            } else {
+                format!(" in domain {:?}", filter.domain)
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// The API form of a rule.

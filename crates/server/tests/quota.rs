@@ -114,6 +114,29 @@ async fn list_quotas_filters_and_pages() {
         .expect("rpc")
         .into_inner();
     assert_eq!(prefixed.total, 11, "10.0.0.1 and 10.0.0.10-19");
+    // A rule or domain the config does not have is said, not listed as nothing.
+    for (domain, rule) in [("", "per_clinet"), ("edgy", ""), ("nope", "per_client")] {
+        let typo = quota
+            .list_quotas(pb::ListQuotasRequest {
+                domain: domain.into(),
+                rule: rule.into(),
+                ..pb::ListQuotasRequest::default()
+            })
+            .await
+            .expect_err("a typo");
+        assert_eq!(typo.code(), tonic::Code::NotFound, "{typo:?}");
+        assert!(typo.message().contains("in the loaded config"), "{typo:?}");
+    }
+    let in_domain = quota
+        .list_quotas(pb::ListQuotasRequest {
+            domain: "edge".into(),
+            rule: "per_client".into(),
+            ..pb::ListQuotasRequest::default()
+        })
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(in_domain.total, 25);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,13 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
                 .map_err(status_error)?
                 .into_inner();
             print_state(&state, target.output);
+            // A typo in the domain is not "not limited": say so, and fail.
+            if state.unknown_domain {
+                anyhow::bail!(
+                    "no domain {:?} in the loaded config (`sluice rules` lists them)",
+                    descriptor.domain
+                );
+            }
         }
         QuotaCommand::List {
             target,

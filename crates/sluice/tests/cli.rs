@@ -205,6 +205,19 @@ fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
     let (code, _, stderr) = run(&["quota", "get", "--domain", "", "-d", "k=v"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("domain must not be empty"), "{stderr}");
+    // Typos in a domain or rule name are errors, not "not limited" or "0 of 0".
+    let (code, _, stderr) = run(&["quota", "get", "--domain", "D", "-d", "k=v"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no domain \"D\" in the loaded config"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["quota", "list", "--rule", "d:kk"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no rule \"d:kk\""), "{stderr}");
+    let (code, stdout, _) = run(&["quota", "list", "--rule", "d:k"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("1 of 1 tracked keys"), "{stdout}");
     let admin = s.admin.port();
     let q = common::http_get(admin, "/quota?domain=d&k=v", &[]);
     assert_eq!(q.status, 200);
