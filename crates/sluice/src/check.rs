@@ -52,7 +52,12 @@ pub async fn check(target: Target, descriptor: DescriptorArgs, hits: u32) -> any
         let limit_text = limit.map_or("no limit".to_string(), |l| {
             let unit =
                 sluice_core::Unit::from_envoy_code(l.unit).map_or("?", sluice_core::Unit::as_str);
-            format!("{} per {unit} ({})", l.requests_per_unit, l.name)
+            // RLS names only rules given a `name:`; an unnamed one is not shown as "()".
+            if l.name.is_empty() {
+                format!("{} per {unit}", l.requests_per_unit)
+            } else {
+                format!("{} per {unit} ({})", l.requests_per_unit, l.name)
+            }
         });
         out(&format!(
             "{}  limit: {limit_text}  remaining: {}  full again in {reset:.1}s",

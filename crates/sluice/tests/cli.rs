@@ -173,7 +173,10 @@ fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
     };
     let (code, stdout, _) = run(&["check", "--domain", "d", "-d", "k=v"]);
     assert_eq!(code, Some(0));
-    assert!(stdout.starts_with("OK  limit: 1 per second"), "{stdout}");
+    assert!(
+        stdout.starts_with("OK  limit: 1 per second  remaining: 0"),
+        "an unnamed rule has no \"()\": {stdout}"
+    );
     let (code, stdout, stderr) = run(&["check", "--domain", "d", "-d", "k=v"]);
     assert_eq!(code, Some(1), "over the limit exits 1");
     assert!(
