@@ -179,6 +179,14 @@ pub struct KeyFilter {
     pub prefix: String,
 }
 
+impl KeyFilter {
+    /// Whether keys of the rule labelled `label` in `domain` pass the domain and rule filters.
+    pub fn matches_rule(&self, domain: &str, label: &str) -> bool {
+        (self.domain.is_empty() || domain == self.domain)
+            && (self.rule.is_empty() || label == self.rule)
+    }
+}
+
 /// One page of tracked keys.
 #[derive(Debug, Clone, Default)]
 pub struct TrackedPage {
@@ -235,9 +243,7 @@ pub(crate) fn tracked_page(
     let mut smallest: BinaryHeap<ByKey> = BinaryHeap::new();
     table.for_each(|key, b| {
         let (d, r) = owner(b.identity);
-        if !(filter.domain.is_empty() || d == filter.domain)
-            || !(filter.rule.is_empty() || r == filter.rule)
-        {
+        if !filter.matches_rule(d, r) {
             return;
         }
         if !filter.prefix.is_empty()

@@ -356,8 +356,7 @@ impl Quota for QuotaService {
 /// Refuses (NOT_FOUND) a listing filtered by a domain or rule the loaded config does not have:
 /// a typo would otherwise list nothing and look like a quiet instance.
 fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), Status> {
-    let in_domain = |r: &&sluice_core::Rule| filter.domain.is_empty() || r.domain == filter.domain;
-    if !filter.domain.is_empty() && !rules.rules().iter().any(|r| r.domain == filter.domain) {
+    if !filter.domain.is_empty() && !rules.has_domain(&filter.domain) {
         return Err(Status::not_found(format!(
             "no domain {:?} in the loaded config (`sluice rules` lists them)",
             filter.domain
@@ -367,8 +366,7 @@ fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), 
         && !rules
             .rules()
             .iter()
-            .filter(in_domain)
-            .any(|r| r.label == filter.rule)
+            .any(|r| filter.matches_rule(&r.domain, &r.label))
     {
         return Err(Status::not_found(format!(
             "no rule {:?}{} in the loaded config (`sluice rules` lists their names)",
