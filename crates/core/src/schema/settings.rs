@@ -173,7 +173,7 @@ fn batch_max<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
-/// `engine.max_lease_fraction`: in (0, 1].
+/// `engine.starved_calls_per_sec`: in [1, 1000000].
 fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     let n = u64::deserialize(d)?;
     match u32::try_from(n) {
@@ -184,6 +184,7 @@ fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, 
     }
 }
 
+/// `engine.max_lease_fraction`: in (0, 1].
 fn max_lease_fraction<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let f = f64::deserialize(d)?;
     if f > 0.0 && f <= 1.0 {

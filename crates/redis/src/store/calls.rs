@@ -32,10 +32,15 @@ impl RedisStore {
         ask: LeaseAsk,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
-        let args = [ask.want, ask.least, ask.turn_gap, ask.starved_below];
-        self.call(&scripts::bucket_call(&LEASE, key, &rate, now, &args))
-            .await
-            .map(lease_grant_of)
+        self.call(&scripts::bucket_call(
+            &LEASE,
+            key,
+            &rate,
+            now,
+            &lease_args(&ask),
+        ))
+        .await
+        .map(lease_grant_of)
     }
 
     /// Charge with an explicit `now` (tests and the conformance suite); `None` uses Redis TIME.
@@ -208,6 +213,11 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
         ends_in: u64::try_from(ends_in).ok(),
         turn_in: None,
     }
+}
+
+/// `lease.lua`'s own arguments (ARGV[6..9]), in its order.
+pub(super) fn lease_args(ask: &LeaseAsk) -> [u64; 4] {
+    [ask.want, ask.least, ask.turn_gap, ask.starved_below]
 }
 
 /// `lease.lua`'s answer: a grant, and the caller's turn in the key's queue of starved callers

@@ -9,7 +9,7 @@ use sluice_engine::store::StoreFuture;
 use sluice_engine::{GlobalStore, LeaseAsk, LeaseGrant, StoreError};
 
 use super::RedisStore;
-use super::calls::lease_grant_of;
+use super::calls::{lease_args, lease_grant_of};
 use super::errors::classify;
 use crate::scripts::{DEMAND, LEASE, RELEASE};
 
@@ -21,8 +21,7 @@ impl GlobalStore for RedisStore {
         ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(async move {
-            let args = [ask.want, ask.least, ask.turn_gap, ask.starved_below];
-            let answer = self.batched(&LEASE, key, &rate, &args).await;
+            let answer = self.batched(&LEASE, key, &rate, &lease_args(&ask)).await;
             answer.map(lease_grant_of)
         })
     }
