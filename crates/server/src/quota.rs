@@ -42,7 +42,7 @@ impl QuotaService {
             .runtime
             .load()
             .may_read(presented, from)
-            .map_err(|why| Status::unauthenticated(format!("the Quota read API {why}")))
+            .map_err(Status::unauthenticated)
     }
 
     /// `ResetQuota`, behind the bearer token.

@@ -35,8 +35,7 @@ pub struct Runtime {
 const NOT_FROM_LOOPBACK: &str = "quota and config reads show descriptor values: without a read token (admin.read_token_env or read_token_file) they are served only on loopback or to a client certificate";
 
 /// What a refused read is told when a read token is set.
-const NEEDS_READ_TOKEN: &str =
-    "needs `authorization: Bearer <read token>` (admin.read_token_env or read_token_file)";
+const NEEDS_READ_TOKEN: &str = "quota and config reads need `authorization: Bearer <read token>` (admin.read_token_env or read_token_file)";
 
 /// Who is reading, as far as the connection tells.
 #[derive(Debug, Clone, Copy, Default)]
