@@ -356,6 +356,16 @@ impl Quota for QuotaService {
 /// Refuses (NOT_FOUND) a listing filtered by a domain or rule the loaded config does not have:
 /// a typo would otherwise list nothing and look like a quiet instance.
 fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), Status> {
+    // No name in a config is longer; the refusal below echoes what was asked for.
+    for (what, value) in [("domain", &filter.domain), ("rule", &filter.rule)] {
+        if value.len() > validate::MAX_ENTRY_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "the {what} filter is {} bytes; the limit is {}",
+                value.len(),
+                validate::MAX_ENTRY_BYTES
+            )));
+        }
+    }
     if !filter.domain.is_empty() && !rules.has_domain(&filter.domain) {
         return Err(Status::not_found(format!(
             "no domain {:?} in the loaded config (`sluice rules` lists them)",

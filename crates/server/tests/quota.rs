@@ -127,6 +127,16 @@ async fn list_quotas_filters_and_pages() {
         assert_eq!(typo.code(), tonic::Code::NotFound, "{typo:?}");
         assert!(typo.message().contains("in the loaded config"), "{typo:?}");
     }
+    // A huge filter is refused by its size, not echoed back in full.
+    let huge = quota
+        .list_quotas(pb::ListQuotasRequest {
+            rule: "r".repeat(100_000),
+            ..pb::ListQuotasRequest::default()
+        })
+        .await
+        .expect_err("huge");
+    assert_eq!(huge.code(), tonic::Code::InvalidArgument, "{huge:?}");
+    assert!(huge.message().len() < 200, "{}", huge.message().len());
     let in_domain = quota
         .list_quotas(pb::ListQuotasRequest {
             domain: "edge".into(),
