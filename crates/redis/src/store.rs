@@ -133,6 +133,7 @@ impl RedisStore {
             .metrics
             .degraded
             .set(i64::from(!store.breaker.is_closed()));
+        store.spawn_until_stopped(first_contact(Arc::downgrade(&store)));
         store.spawn_until_stopped(probe_loop(Arc::downgrade(&store)));
         store.spawn_until_stopped(heartbeat_loop(Arc::downgrade(&store)));
         Ok(store)
@@ -177,6 +178,46 @@ impl RedisStore {
             .max(configured);
         Ok((live, next))
     }
+}
+
+/// At start, says at once whether Redis answers, naming where it was asked and, if it did not,
+/// the error (the OS's, such as `Connection refused`). Unanswered, the breaker opens now: rules
+/// use their fallback from the first decision instead of after `breaker_failures` timeouts, and
+/// the probe takes over. A cluster's connection, made here, is kept for every call.
+async fn first_contact(store: Weak<RedisStore>) {
+    let Some(s) = store.upgrade() else { return };
+    let at = connection::endpoints(&s.settings);
+    let wait = s.settings.connect_timeout.0 + s.settings.timeout.0;
+    let answer = tokio::time::timeout(wait, async {
+        let conn = match s.conn.load_full() {
+            Some(conn) => conn,
+            None => {
+                let conn = Arc::new(connection::cluster(&s.settings).await?);
+                s.conn.store(Some(Arc::clone(&conn)));
+                conn
+            }
+        };
+        conn.ping().await
+    })
+    .await;
+    let why = match answer {
+        Ok(Ok(())) => {
+            // A cluster's breaker starts open (no connection yet): this is its connection.
+            s.breaker.close();
+            s.metrics.degraded.set(0);
+            tracing::info!(redis = %at, store = s.name(), "Redis answers");
+            return;
+        }
+        Ok(Err(e)) => connection::explain(&e, &s.settings),
+        Err(_) => format!("no answer within {wait:?} (connect_timeout + timeout)"),
+    };
+    s.breaker.open();
+    s.metrics.degraded.set(1);
+    tracing::warn!(
+        redis = %at,
+        error = %why,
+        "Redis is not reachable: sluice runs degraded, each rule's fallback applies, until it answers (checked every probe_interval)"
+    );
 }
 
 /// While the breaker is open: connect if needed, PING, close the breaker when Redis answers.

@@ -109,6 +109,11 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
         local_lease: view.local_lease,
         global_remaining: view.global_remaining.unwrap_or(0.0),
         until_full: Some(crate::durations::prost(view.until_full)),
+        store_error: view
+            .store_error
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         store: store.to_string(),
         ..pb::QuotaState::default()
     };
@@ -121,6 +126,8 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
         return out;
     };
     out.matched = true;
+    // A limited rule whose store did not answer: the numbers are unknown, not 0.
+    out.remaining_unknown = view.global_remaining.is_none() && view.store_error.is_some();
     out.rule = rule.label.clone();
     out.reason = format!("{} ({}:{})", rule.path, rule.file.display(), rule.line);
     out.shadow_mode = rule.shadow_mode;
@@ -150,11 +157,14 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
         "matched": s.matched, "rule": s.rule, "reason": s.reason,
         "requests_per_unit": s.requests_per_unit, "unit": s.unit,
         "unit_multiplier": s.unit_multiplier.max(1), "burst": s.burst,
-        "global_remaining": s.global_remaining, "local_lease": s.local_lease,
-        "until_full_seconds": until_full, "mode": s.mode,
+        "global_remaining": (!s.remaining_unknown).then_some(s.global_remaining),
+        "local_lease": s.local_lease,
+        "until_full_seconds": (!s.remaining_unknown).then_some(until_full), "mode": s.mode,
         "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
         "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
-        "charge": s.charge, "debt": s.debt, "max_debt": s.max_debt,
+        "charge": s.charge, "debt": (!s.remaining_unknown).then_some(s.debt),
+        "max_debt": s.max_debt,
+        "store_error": (!s.store_error.is_empty()).then_some(&s.store_error),
         "limits": s.limits.iter().map(state_json).collect::<Vec<_>>(),
     })
 }

@@ -213,9 +213,10 @@ pub struct ServeArgs {
     /// How often to check the config files for changes (e.g. 1s); `0s` turns live reload off.
     #[arg(long, env = "SLUICE_RELOAD_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub reload_interval: Duration,
-    /// Worker threads (default: one per core).
-    #[arg(long, env = "SLUICE_WORKER_THREADS")]
-    pub worker_threads: Option<usize>,
+    /// Worker threads, 1 to 1024 (default: one per CPU the process may use; on Linux that
+    /// counts a cgroup CPU limit, such as a pod's).
+    #[arg(long, env = "SLUICE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

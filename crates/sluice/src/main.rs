@@ -19,6 +19,7 @@ mod quota;
 mod report;
 mod rules;
 mod run;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -64,8 +65,10 @@ fn main() -> ExitCode {
                 let rules = config.rules.rules().len();
                 let domains = config.rules.domains().len();
                 println_plain(&format!(
-                    "{}: ok ({domains} domains, {rules} rules, version {})",
+                    "{}: ok ({}, {}, version {})",
                     path.display(),
+                    count(domains, "domain"),
+                    count(rules, "rule"),
                     config.version
                 ));
                 ExitCode::SUCCESS
@@ -125,4 +128,9 @@ fn println_plain(line: &str) {
 #[allow(clippy::print_stderr)]
 fn eprintln_plain(line: &str) {
     eprintln!("{line}");
+}
+
+/// "1 rule", "2 rules": the count and the noun, plural when it is not one.
+fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }

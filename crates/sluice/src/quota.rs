@@ -130,24 +130,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             target,
             descriptor,
             interval,
-        } => {
-            let mut client = reader(&target).await?;
-            let mut stream = client
-                .watch_quota(pb::WatchQuotaRequest {
-                    domain: descriptor.domain.clone(),
-                    entries: entries(&descriptor),
-                    interval: Some(prost_types::Duration {
-                        seconds: interval.as_secs() as i64,
-                        nanos: interval.subsec_nanos() as i32,
-                    }),
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            while let Some(state) = stream.message().await.map_err(status_error)? {
-                print_state(&state, target.output);
-            }
-        }
+        } => crate::watch::watch(target, descriptor, interval).await?,
     }
     Ok(())
 }
@@ -174,14 +157,13 @@ fn print_state(s: &pb::QuotaState, output: Output) {
                 s.burst
             ),
         ],
-        vec![
-            "global remaining".into(),
-            format!("{:.2}", s.global_remaining),
-        ],
+        vec!["global remaining".into(), remaining(s)],
         vec!["this instance's lease".into(), s.local_lease.to_string()],
     ];
     if s.charge == "post_paid" {
-        let debt = if s.debt > 0 {
+        let debt = if s.remaining_unknown {
+            "unknown".into()
+        } else if s.debt > 0 {
             format!("{} (checks denied until repaid)", s.debt)
         } else {
             "0".into()
@@ -192,8 +174,13 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         ]);
         rows.push(vec!["debt".into(), debt]);
     }
+    let until_full = if s.remaining_unknown {
+        "unknown".into()
+    } else {
+        format!("{until_full:.1}s")
+    };
     rows.extend([
-        vec!["full again in".into(), format!("{until_full:.1}s")],
+        vec!["full again in".into(), until_full],
         vec![
             "mode".into(),
             format!(
@@ -222,17 +209,31 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         rows.push(vec![
             format!("limit {}", i + 2),
             format!(
-                "{}: {} per {} (burst {}), {:.2} remaining, this instance's lease {}, full in {until_full:.1}s",
+                "{}: {} per {} (burst {}), remaining {}, this instance's lease {}, full in {}",
                 more.rule,
                 more.requests_per_unit,
                 period(&more.unit, more.unit_multiplier),
                 more.burst,
-                more.global_remaining,
-                more.local_lease
+                remaining(more),
+                more.local_lease,
+                if more.remaining_unknown {
+                    "unknown".into()
+                } else {
+                    format!("{until_full:.1}s")
+                }
             ),
         ]);
     }
     table(&rows);
+}
+
+/// The global bucket's tokens, or why they are unknown (the store did not answer the peek).
+pub(crate) fn remaining(s: &pb::QuotaState) -> String {
+    if s.remaining_unknown {
+        format!("unknown: {}", s.store_error)
+    } else {
+        format!("{:.2}", s.global_remaining)
+    }
 }
 
 /// Prints RLQS assignments: one row per bucket and Envoy.

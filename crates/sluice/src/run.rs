@@ -34,7 +34,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(n) = args.worker_threads {
-        runtime.worker_threads(n.max(1));
+        runtime.worker_threads(usize::from(n));
     }
     let runtime = runtime.build().context("starting the async runtime")?;
     runtime.block_on(async move {

@@ -26,7 +26,7 @@ fn config_check_exits_0_or_64_with_file_and_line() {
         .output()
         .expect("run");
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("ok (1 domains, 1 rules"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("ok (1 domain, 1 rule, version"));
 
     let err = sluice()
         .args(["config", "check"])
@@ -230,6 +230,129 @@ fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
         common::http_get(admin, "/config", &[])
             .body
             .contains("\"version\"")
+    );
+}
+
+#[test]
+fn quota_watch_prints_a_timed_line_per_change_only() {
+    use std::io::BufRead as _;
+    let s = common::start(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    );
+    let addr = s.grpc.to_string();
+    let mut watch = sluice()
+        .args([
+            "quota",
+            "watch",
+            "--domain",
+            "d",
+            "-d",
+            "k=v",
+            "--interval",
+            "50ms",
+        ])
+        .args(["--addr", &addr])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let stdout = watch.stdout.take().expect("stdout");
+    let lines = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    // About 20 ticks before a request, 20 after: two states, so two timed lines.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let spent = sluice()
+        .args(["check", "--domain", "d", "-d", "k=v", "--addr", &addr])
+        .output()
+        .expect("check");
+    assert_eq!(spent.status.code(), Some(0));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    watch.kill().expect("kill");
+    watch.wait().expect("wait");
+    let lines = lines.join().expect("reader");
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("rule d:k: 2 per hour (burst 2), mode strict, store memory"),
+        "{lines:?}"
+    );
+    let timed: Vec<(&str, &str)> = lines[1..]
+        .iter()
+        .map(|l| l.split_once("  ").expect("time, then the numbers"))
+        .collect();
+    let numbers: Vec<&str> = timed.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        numbers,
+        ["remaining 2.00  lease 0", "remaining 1.00  lease 0"],
+        "a line per change, none for the ticks in between: {lines:?}"
+    );
+    for (time, _) in timed {
+        assert!(
+            time.len() == "2026-11-25T13:51:10.123Z".len()
+                && time.ends_with('Z')
+                && time.as_bytes()[10] == b'T',
+            "an RFC 3339 UTC time with milliseconds: {time}"
+        );
+    }
+}
+
+#[test]
+fn redis_down_at_start_is_said_at_once_and_quota_reads_say_unknown() {
+    // Nothing listens on this port. The URL carries a password, which must never be printed.
+    let port = common::free_port();
+    let s = common::start(&format!(
+        "redis:\n  url: redis://app:hunter2hunter2@127.0.0.1:{port}\ndomains:\n  - domain: d\n    \
+         descriptors: [{{key: k, rate_limit: {{unit: second, requests_per_unit: 1}}}}]\n"
+    ));
+    // With no request at all (before, only failing decisions said anything, after the breaker
+    // had counted them), the log names where Redis was asked and the OS's error.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let line = loop {
+        let line = s
+            .stderr
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("a warning that Redis is not reachable");
+        if line.contains("Redis is not reachable") {
+            break line;
+        }
+    };
+    assert!(
+        line.contains(&format!("127.0.0.1:{port}")) && line.contains("Connection refused"),
+        "{line}"
+    );
+    assert!(!line.contains("hunter2"), "{line}");
+
+    let addr = s.grpc.to_string();
+    let get = |json: bool| {
+        let mut cmd = sluice();
+        cmd.args([
+            "quota", "get", "--domain", "d", "-d", "k=v", "--addr", &addr,
+        ]);
+        if json {
+            cmd.args(["-o", "json"]);
+        }
+        let out = cmd.output().expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let table = get(false);
+    assert!(
+        table.contains("global remaining       unknown: ")
+            && table.contains("full again in          unknown")
+            && table.contains("DEGRADED")
+            && !table.contains("0.00"),
+        "no made-up 0 while Redis is down:\n{table}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&get(true)).expect("json");
+    assert!(
+        v["global_remaining"].is_null() && v["until_full_seconds"].is_null(),
+        "{v}"
+    );
+    assert!(
+        v["store_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{v}"
     );
 }
 
