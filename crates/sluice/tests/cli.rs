@@ -41,19 +41,37 @@ fn config_check_exits_0_or_64_with_file_and_line() {
     );
     assert!(stderr.contains("brust"), "{stderr}");
 
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/examples/sluice.yaml"
-    );
-    let shipped = sluice()
-        .args(["config", "check", example])
-        .output()
-        .expect("run");
-    assert_eq!(
-        shipped.status.code(),
-        Some(0),
-        "the shipped example is valid"
-    );
+    // Every sluice config shipped as an example, in deploy/examples and its directories.
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples");
+    let mut checked = Vec::new();
+    for dir in std::iter::once(examples.clone()).chain(
+        std::fs::read_dir(&examples)
+            .expect("deploy/examples")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.is_dir()),
+    ) {
+        for file in std::fs::read_dir(&dir).expect("dir") {
+            let path = file.expect("entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if !(name.starts_with("sluice") && name.ends_with(".yaml")) {
+                continue;
+            }
+            let shipped = sluice()
+                .args(["config", "check"])
+                .arg(&path)
+                .output()
+                .expect("run");
+            assert_eq!(
+                shipped.status.code(),
+                Some(0),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&shipped.stderr)
+            );
+            checked.push(name.to_string());
+        }
+    }
+    assert!(checked.len() >= 7, "found only {checked:?}");
 }
 
 #[test]
