@@ -6,7 +6,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// A configuration error, located at `file:line`.
+/// A configuration error, located at `file:line`, and any further errors found in the same
+/// run: a file with three mistakes gets three lines, not three runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
     /// The file the error is in.
@@ -15,6 +16,8 @@ pub struct ConfigError {
     pub line: u64,
     /// What is wrong, for a human.
     pub message: String,
+    /// Further errors, each with its own place (none inside them).
+    pub also: Vec<ConfigError>,
 }
 
 impl ConfigError {
@@ -24,16 +27,46 @@ impl ConfigError {
             file: file.into(),
             line,
             message: message.into(),
+            also: Vec::new(),
         }
+    }
+
+    /// Several errors as one (in the order given, each said once); `None` if there are none.
+    pub fn all(errors: impl IntoIterator<Item = ConfigError>) -> Option<Self> {
+        let mut flat: Vec<ConfigError> = Vec::new();
+        for e in errors.into_iter().flat_map(ConfigError::into_each) {
+            if !flat.contains(&e) {
+                flat.push(e);
+            }
+        }
+        let mut flat = flat.into_iter();
+        let mut first = flat.next()?;
+        first.also = flat.collect();
+        Some(first)
+    }
+
+    /// This error and its further ones, each alone.
+    pub fn into_each(mut self) -> impl Iterator<Item = ConfigError> {
+        let also = std::mem::take(&mut self.also);
+        std::iter::once(self).chain(also)
+    }
+
+    /// How many errors this is (itself and its further ones).
+    pub fn count(&self) -> usize {
+        1 + self.also.len()
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.line > 0 {
-            write!(f, "{}:{}: {}", self.file.display(), self.line, self.message)
+            write!(f, "{}:{}: {}", self.file.display(), self.line, self.message)?;
         } else {
-            write!(f, "{}: {}", self.file.display(), self.message)
+            write!(f, "{}: {}", self.file.display(), self.message)?;
         }
+        for more in &self.also {
+            write!(f, "\n{more}")?;
+        }
+        Ok(())
     }
 }

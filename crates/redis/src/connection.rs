@@ -65,6 +65,16 @@ impl Conn {
 /// it may hold a password.
 pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
     let say = |which: &str, e: &RedisError| format!("{which}: {}", explain(e, settings));
+    // The URL's own syntax first, with the URL parser's words (`invalid port number`), which
+    // never echo the URL: the Redis client says only `InvalidClientConfig` for most of them.
+    let urls = settings.url.iter().map(|u| ("url".to_string(), u));
+    let nodes = (settings.cluster_nodes.iter().enumerate())
+        .map(|(i, u)| (format!("cluster_nodes[{i}]"), u));
+    for (which, u) in urls.chain(nodes) {
+        if let Err(e) = url::Url::parse(u) {
+            return Err(format!("{which}: {e}"));
+        }
+    }
     if is_cluster(settings) {
         for (i, node) in settings.cluster_nodes.iter().enumerate() {
             node.as_str()

@@ -99,7 +99,19 @@ fn settings_that_would_fail_later_are_config_errors_at_their_line() {
             "url.yaml",
             "shadow_mode: false\nredis:\n  url: redis://user:hunter2@host:abc/0\n",
             3,
-            "redis: url: Redis URL did not parse",
+            "redis: url: invalid port number",
+        ),
+        (
+            "port.yaml",
+            "redis:\n  url: redis://127.0.0.1:99999\n",
+            2,
+            "redis: url: invalid port number",
+        ),
+        (
+            "db.yaml",
+            "redis:\n  url: redis://127.0.0.1:6379/abc\n",
+            2,
+            "redis: url: Invalid database number",
         ),
         (
             "heartbeat.yaml",
@@ -117,7 +129,7 @@ fn settings_that_would_fail_later_are_config_errors_at_their_line() {
             "cluster.yaml",
             "redis:\n  cluster_nodes: [redis://127.0.0.1:7000, \"redis://:pw@h:99999\"]\n",
             2,
-            "cluster_nodes[1]",
+            "cluster_nodes[1]: invalid port number",
         ),
     ] {
         let path = dir.path().join(name);

@@ -2,7 +2,9 @@
 //!
 //! A file whose top level has `domain:` is an envoyproxy/ratelimit domain file, read as it is;
 //! any other file is a sluice config file. Everything is validated before anything is returned,
-//! so a caller either gets a complete [`Config`] or the first error with its file and line.
+//! so a caller either gets a complete [`Config`] or its errors, each with its file and line: a
+//! part of a file that does not parse is left out and the rest still checked (`yaml.rs`), and
+//! the descriptor trees report every bad level, so one run shows every mistake it can.
 //!
 //! Loading is a function of what a [`ConfigReader`] hands it: [`load_config`] reads the file system
 //! (through [`FsReader`], the edge), [`parse_config`] a string, [`load_from`] anything else.
@@ -24,7 +26,7 @@ use super::reader::{ConfigReader, MemReader};
 use super::redis::validate_redis;
 use super::secrets::{self, At};
 pub use super::secrets::{ResetToken, TlsMaterial};
-use super::yaml::parse_yaml;
+use super::yaml::{parse_all_errors, parse_yaml};
 use crate::authz::{AuthzPlan, ValueMap};
 use crate::error::ConfigError;
 use crate::hash::{FNV_OFFSET, fnv1a};
@@ -92,6 +94,34 @@ pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
 /// Loads and validates the configuration at `path` from `source`.
 pub fn load_from(source: &dyn ConfigReader, path: &Path) -> Result<Config, ConfigError> {
     let mut reader = Reader::new(source);
+    let result = load_parts(&mut reader, source, path);
+    // Parts of a file that did not parse were left out and the rest checked: their errors and
+    // what the checks found come together, by file (in the order read) and line.
+    let mut errors = std::mem::take(&mut reader.errors);
+    match result {
+        Ok((rules, authz, settings)) if errors.is_empty() => {
+            Ok(reader.finish(rules, authz, settings))
+        }
+        result => {
+            errors.extend(result.err().into_iter().flat_map(ConfigError::into_each));
+            let order = |e: &ConfigError| {
+                let file = reader.files.iter().position(|f| *f == e.file);
+                (file.unwrap_or(usize::MAX), e.line)
+            };
+            errors.sort_by_key(order);
+            Err(ConfigError::all(errors).expect("at least one error"))
+        }
+    }
+}
+
+/// The checked parts of a configuration: its rules, its ext_authz plan, its settings.
+type Parts = (RuleSet, Option<AuthzPlan>, Settings);
+
+fn load_parts(
+    reader: &mut Reader<'_>,
+    source: &dyn ConfigReader,
+    path: &Path,
+) -> Result<Parts, ConfigError> {
     let mut sluice_file: Option<(PathBuf, ConfigFile)> = None;
     let mut domains: Vec<(PathBuf, DomainFile)> = Vec::new();
 
@@ -120,7 +150,7 @@ pub fn load_from(source: &dyn ConfigReader, path: &Path) -> Result<Config, Confi
             redis_at: (path.to_path_buf(), 0),
             ..Settings::default()
         };
-        return Ok(reader.finish(rules, None, settings));
+        return Ok((rules, None, settings));
     };
 
     for (path, domain) in std::mem::take(&mut file.domains)
@@ -170,7 +200,7 @@ pub fn load_from(source: &dyn ConfigReader, path: &Path) -> Result<Config, Confi
     let rules = RuleSet::compile(&domains)?
         .with_limit_overrides(file.limit_overrides)
         .with_quota_mode(file.quota_mode);
-    let maps = load_maps(&mut reader, &config_path, base, &file.maps)?;
+    let maps = load_maps(reader, &config_path, base, &file.maps)?;
     let authz = file
         .authz
         .as_ref()
@@ -201,7 +231,7 @@ pub fn load_from(source: &dyn ConfigReader, path: &Path) -> Result<Config, Confi
         tls,
         redis_at: (config_path.clone(), redis_line),
     };
-    Ok(reader.finish(rules, authz, settings))
+    Ok((rules, authz, settings))
 }
 
 /// The settings part of a config, defaulted for a bare domain file or directory.
@@ -260,6 +290,8 @@ struct Reader<'s> {
     files: Vec<PathBuf>,
     /// FNV-1a 64 over every (path, content) read, in order.
     hash: u64,
+    /// Errors of files read without the parts that had them (see `config::yaml`).
+    errors: Vec<ConfigError>,
 }
 
 impl<'s> Reader<'s> {
@@ -268,6 +300,7 @@ impl<'s> Reader<'s> {
             source,
             files: Vec::new(),
             hash: FNV_OFFSET,
+            errors: Vec::new(),
         }
     }
 
@@ -319,10 +352,25 @@ impl<'s> Reader<'s> {
             ));
         }
         Ok(if probe.domain {
-            AnyFile::Domain(parse_yaml(path, &text)?)
+            AnyFile::Domain(self.recover(parse_all_errors(path, &text))?)
         } else {
-            AnyFile::Sluice(Box::new(parse_yaml(path, &text)?))
+            AnyFile::Sluice(Box::new(self.recover(parse_all_errors(path, &text))?))
         })
+    }
+
+    /// A document parsed without the parts that had errors: kept, with the errors noted for
+    /// the end of loading. Nothing recovered is the errors now.
+    fn recover<T>(
+        &mut self,
+        (doc, errors): (Option<T>, Vec<ConfigError>),
+    ) -> Result<T, ConfigError> {
+        match doc {
+            Some(doc) => {
+                self.errors.extend(errors);
+                Ok(doc)
+            }
+            None => Err(ConfigError::all(errors).expect("a document or its errors")),
+        }
     }
 
     fn finish(self, rules: RuleSet, authz: Option<AuthzPlan>, settings: Settings) -> Config {

@@ -39,6 +39,9 @@ pub(super) struct Node {
     /// `share_threshold`: the wildcard value that reaches this node, which stands for every
     /// value it matches in bucket keys (one bucket for all of them).
     pub(super) shared: Option<Box<str>>,
+    /// Where this level is written (its file's line), for an error naming both places of a
+    /// duplicate.
+    pub(super) line: u64,
 }
 
 #[derive(Debug, Default)]
