@@ -188,16 +188,23 @@ async fn first_contact(store: Weak<RedisStore>) {
     let Some(s) = store.upgrade() else { return };
     let at = connection::endpoints(&s.settings);
     let wait = s.settings.connect_timeout.0 + s.settings.timeout.0;
+    // A PING slower than `timeout` on a busy machine is asked again until `wait` is up: only no
+    // connection, or no answer at all, opens the breaker.
     let answer = tokio::time::timeout(wait, async {
-        let conn = match s.conn.load_full() {
-            Some(conn) => conn,
-            None => {
-                let conn = Arc::new(connection::cluster(&s.settings).await?);
-                s.conn.store(Some(Arc::clone(&conn)));
-                conn
+        loop {
+            let conn = match s.conn.load_full() {
+                Some(conn) => conn,
+                None => {
+                    let conn = Arc::new(connection::cluster(&s.settings).await?);
+                    s.conn.store(Some(Arc::clone(&conn)));
+                    conn
+                }
+            };
+            match conn.ping().await {
+                Err(e) if e.is_timeout() => tokio::time::sleep(Duration::from_millis(20)).await,
+                answer => return answer,
             }
-        };
-        conn.ping().await
+        }
     })
     .await;
     let why = match answer {

@@ -154,10 +154,7 @@ fn field_at(text: &str, line: u64, column: u64) -> Option<(String, String)> {
         .0;
     let (before, after) = source.split_at(at);
     let key = before.trim_end().strip_suffix(':')?;
-    let key = key
-        .rsplit(['{', ',', ' ', '-'])
-        .next()?
-        .trim();
+    let key = key.rsplit(['{', ',', ' ', '-']).next()?.trim();
     let value = after
         .split([',', '}', '#'])
         .next()
