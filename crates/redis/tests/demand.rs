@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_engine::GlobalStore;
-use sluice_redis::{RedisMetrics, RedisStore};
+use sluice_redis::RedisStore;
 
 const KEY: &str = "sluice:{00000000000000aa:00000000000000bb}:tenant=acme";
 
-async fn demands_are_shared(stores: [Arc<RedisStore>; 2]) {
-    let [a, b] = stores;
+async fn demands_are_shared(stores: Vec<Arc<RedisStore>>) {
+    let [a, b]: [Arc<RedisStore>; 2] = stores.try_into().expect("two stores");
     let ttl = Duration::from_secs(15);
     let mut seen = a.demand(KEY, 1, 150_000, ttl).await.expect("a");
     assert_eq!(seen, vec![150_000]);
@@ -51,14 +51,7 @@ async fn demands_are_shared(stores: [Arc<RedisStore>; 2]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_share_their_demands_on_standalone_redis() {
     let redis = common::Standalone::start().await;
-    let store = || {
-        RedisStore::start(
-            common::standalone_settings(&redis.url()),
-            RedisMetrics::unregistered(),
-        )
-        .expect("store")
-    };
-    let stores = [store(), store()];
+    let stores = common::stores(&common::standalone_settings(&redis.url()), 2);
     for s in &stores {
         common::wait_connected(s).await;
     }
@@ -80,14 +73,7 @@ async fn sidecars_share_their_demands_on_standalone_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_share_their_demands_on_redis_cluster() {
     let cluster = common::Cluster::start().await;
-    let store = || {
-        RedisStore::start(
-            common::cluster_settings(cluster.nodes()),
-            RedisMetrics::unregistered(),
-        )
-        .expect("store")
-    };
-    let stores = [store(), store()];
+    let stores = common::stores(&common::cluster_settings(cluster.nodes()), 2);
     for s in &stores {
         common::wait_connected(s).await;
     }

@@ -49,30 +49,14 @@ async fn never_over_the_global_limit(stores: Vec<Arc<RedisStore>>, value: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_share_one_limit_on_standalone_redis() {
     let redis = common::Standalone::start().await;
-    let stores: Vec<_> = (0..4)
-        .map(|_| {
-            RedisStore::start(
-                common::standalone_settings(&redis.url()),
-                RedisMetrics::unregistered(),
-            )
-            .expect("store")
-        })
-        .collect();
+    let stores = common::stores(&common::standalone_settings(&redis.url()), 4);
     never_over_the_global_limit(stores, "standalone").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_share_one_limit_on_a_redis_cluster_and_keys_spread_over_nodes() {
     let cluster = common::Cluster::start().await;
-    let stores: Vec<_> = (0..4)
-        .map(|_| {
-            RedisStore::start(
-                common::cluster_settings(cluster.nodes()),
-                RedisMetrics::unregistered(),
-            )
-            .expect("store")
-        })
-        .collect();
+    let stores = common::stores(&common::cluster_settings(cluster.nodes()), 4);
     never_over_the_global_limit(stores.clone(), "cluster").await;
 
     let e = engine(stores[0].clone());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_engine::GlobalStore;
-use sluice_redis::{RedisMetrics, RedisStore};
+use sluice_redis::RedisStore;
 
 /// Script calls Redis has run so far (`INFO commandstats`: EVALSHA and EVAL).
 async fn script_calls(url: &str) -> u64 {
@@ -54,15 +54,7 @@ async fn wait_for(stores: &[Arc<RedisStore>], live: u64, within: Duration) {
 async fn a_large_fleet_beats_within_the_budget_and_counts_itself() {
     let redis = common::Standalone::start().await;
     // 60 instances configured to beat every 200 ms would send 300 heartbeats a second.
-    let stores: Vec<Arc<RedisStore>> = (0..60)
-        .map(|_| {
-            RedisStore::start(
-                common::standalone_settings(&redis.url()),
-                RedisMetrics::unregistered(),
-            )
-            .expect("store")
-        })
-        .collect();
+    let stores = common::stores(&common::standalone_settings(&redis.url()), 60);
     // The first beats are at the configured interval; by 3 s each was told 60/20 = 3 s.
     wait_for(&stores, 60, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;

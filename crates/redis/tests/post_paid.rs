@@ -3,24 +3,15 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::{decide_hits, engine};
 use sluice_engine::Code;
-use sluice_redis::{RedisMetrics, RedisStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_to_two_sidecars_make_one_global_debt() {
     let redis = common::Standalone::start().await;
-    let store = |_| {
-        RedisStore::start(
-            common::standalone_settings(&redis.url()),
-            RedisMetrics::unregistered(),
-        )
-        .expect("store")
-    };
-    let stores: Vec<Arc<RedisStore>> = (0..2).map(store).collect();
+    let stores = common::stores(&common::standalone_settings(&redis.url()), 2);
     for s in &stores {
         common::wait_connected(s).await;
     }

@@ -21,6 +21,19 @@ pub async fn wait_connected(store: &sluice_redis::RedisStore) {
     }
 }
 
+/// `n` stores on `settings` (sidecars of one fleet), each with metrics of its own.
+pub fn stores(settings: &RedisSettings, n: usize) -> Vec<std::sync::Arc<sluice_redis::RedisStore>> {
+    (0..n)
+        .map(|_| {
+            sluice_redis::RedisStore::start(
+                settings.clone(),
+                sluice_redis::RedisMetrics::unregistered(),
+            )
+            .expect("store")
+        })
+        .collect()
+}
+
 /// Settings for `url` with test-friendly timings.
 pub fn standalone_settings(url: &str) -> RedisSettings {
     RedisSettings {
