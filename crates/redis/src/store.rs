@@ -159,6 +159,17 @@ impl RedisStore {
         let _ = self.heartbeat(true).await;
     }
 
+    /// The connection; a cluster's is made on first use (a standalone one connects by itself)
+    /// and kept for every call.
+    async fn connection(&self) -> Result<Arc<Conn>, redis::RedisError> {
+        if let Some(conn) = self.conn.load_full() {
+            return Ok(conn);
+        }
+        let conn = Arc::new(connection::cluster(&self.settings).await?);
+        self.conn.store(Some(Arc::clone(&conn)));
+        Ok(conn)
+    }
+
     /// Announces this instance (or, `leave`, removes it); returns the live instances and how
     /// long to wait before the next heartbeat.
     async fn heartbeat(&self, leave: bool) -> Result<(u64, Duration), StoreError> {
@@ -192,15 +203,7 @@ async fn first_contact(store: Weak<RedisStore>) {
     // connection, or no answer at all, opens the breaker.
     let answer = tokio::time::timeout(wait, async {
         loop {
-            let conn = match s.conn.load_full() {
-                Some(conn) => conn,
-                None => {
-                    let conn = Arc::new(connection::cluster(&s.settings).await?);
-                    s.conn.store(Some(Arc::clone(&conn)));
-                    conn
-                }
-            };
-            match conn.ping().await {
+            match s.connection().await?.ping().await {
                 Err(e) if e.is_timeout() => tokio::time::sleep(Duration::from_millis(20)).await,
                 answer => return answer,
             }
@@ -241,17 +244,12 @@ async fn probe_loop(store: Weak<RedisStore>) {
             continue;
         }
         store.metrics.degraded.set(1);
-        if store.conn.load().is_none() {
-            match connection::cluster(&store.settings).await {
-                Ok(conn) => store.conn.store(Some(Arc::new(conn))),
-                Err(e) => {
-                    tracing::debug!(error = %safe(&e), "Redis Cluster not reachable yet");
-                    continue;
-                }
+        let conn = match store.connection().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(error = %safe(&e), "Redis Cluster not reachable yet");
+                continue;
             }
-        }
-        let Some(conn) = store.conn.load_full() else {
-            continue;
         };
         let timeout = store.settings.timeout.0.max(Duration::from_millis(100));
         if let Ok(Ok(())) = tokio::time::timeout(timeout, conn.ping()).await {
