@@ -27,10 +27,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             print_state(&state, target.output);
             // A typo in the domain is not "not limited": say so, and fail.
             if state.unknown_domain {
-                anyhow::bail!(
-                    "no domain {:?} in the loaded config (`sluice rules` lists them)",
-                    descriptor.domain
-                );
+                return Err(unknown_domain(&descriptor.domain));
             }
         }
         QuotaCommand::List {
@@ -144,7 +141,6 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         out(&format!("not limited: {}", s.reason));
         return;
     }
-    let until_full = sluice_server::durations::seconds(s.until_full.as_ref());
     let mut rows = vec![
         vec!["rule".to_string(), s.rule.clone()],
         vec!["matched because".into(), s.reason.clone()],
@@ -174,13 +170,8 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         ]);
         rows.push(vec!["debt".into(), debt]);
     }
-    let until_full = if s.remaining_unknown {
-        "unknown".into()
-    } else {
-        format!("{until_full:.1}s")
-    };
     rows.extend([
-        vec!["full again in".into(), until_full],
+        vec!["full again in".into(), until_full(s)],
         vec![
             "mode".into(),
             format!(
@@ -205,7 +196,6 @@ fn print_state(s: &pb::QuotaState, output: Output) {
     ]);
     // Further limits of the descriptor (`rate_limits`): each with its own remaining.
     for (i, more) in s.limits.iter().enumerate() {
-        let until_full = sluice_server::durations::seconds(more.until_full.as_ref());
         rows.push(vec![
             format!("limit {}", i + 2),
             format!(
@@ -216,11 +206,7 @@ fn print_state(s: &pb::QuotaState, output: Output) {
                 more.burst,
                 remaining(more),
                 more.local_lease,
-                if more.remaining_unknown {
-                    "unknown".into()
-                } else {
-                    format!("{until_full:.1}s")
-                }
+                until_full(more)
             ),
         ]);
     }
@@ -234,6 +220,21 @@ pub(crate) fn remaining(s: &pb::QuotaState) -> String {
     } else {
         format!("{:.2}", s.global_remaining)
     }
+}
+
+/// The time until the bucket is full again, or `unknown` (the store did not answer the peek).
+fn until_full(s: &pb::QuotaState) -> String {
+    if s.remaining_unknown {
+        "unknown".into()
+    } else {
+        let seconds = sluice_server::durations::seconds(s.until_full.as_ref());
+        format!("{seconds:.1}s")
+    }
+}
+
+/// A `--domain` the loaded config does not have: an error, not "not limited".
+pub(crate) fn unknown_domain(domain: &str) -> anyhow::Error {
+    anyhow::anyhow!("no domain {domain:?} in the loaded config (`sluice rules` lists them)")
 }
 
 /// Prints RLQS assignments: one row per bucket and Envoy.

@@ -11,7 +11,7 @@ use sluice_proto::sluice::v1 as pb;
 use crate::cli::{DescriptorArgs, Output, Target};
 use crate::connect::{entries, reader, status_error};
 use crate::output::{out, period};
-use crate::quota::remaining;
+use crate::quota::{remaining, unknown_domain};
 
 /// Streams `WatchQuota` and prints what changed: in the table output, a header (rule, limit,
 /// mode, store) whenever it changes, then a timestamped line whenever the numbers do; in JSON,
@@ -39,10 +39,7 @@ pub async fn watch(
     let clock = sluice_core::SystemClock::new();
     while let Some(state) = stream.message().await.map_err(status_error)? {
         if state.unknown_domain {
-            anyhow::bail!(
-                "no domain {:?} in the loaded config (`sluice rules` lists them)",
-                descriptor.domain
-            );
+            return Err(unknown_domain(&descriptor.domain));
         }
         let since_epoch = Duration::from_micros(clock.now_micros());
         let time = humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + since_epoch);
