@@ -6,9 +6,13 @@
 use std::fmt;
 use std::path::PathBuf;
 
+/// Errors printed at most: a file of 100 000 descriptors with the same mistake in each says the
+/// first ones and how many more, not 100 000 lines.
+const MOST_SHOWN: usize = 50;
+
 /// A configuration error, located at `file:line`, and any further errors found in the same
 /// run: a file with three mistakes gets three lines, not three runs.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 pub struct ConfigError {
     /// The file the error is in.
     pub file: PathBuf,
@@ -33,13 +37,11 @@ impl ConfigError {
 
     /// Several errors as one (in the order given, each said once); `None` if there are none.
     pub fn all(errors: impl IntoIterator<Item = ConfigError>) -> Option<Self> {
-        let mut flat: Vec<ConfigError> = Vec::new();
-        for e in errors.into_iter().flat_map(ConfigError::into_each) {
-            if !flat.contains(&e) {
-                flat.push(e);
-            }
-        }
-        let mut flat = flat.into_iter();
+        let mut seen = std::collections::HashSet::new();
+        let mut flat = errors
+            .into_iter()
+            .flat_map(ConfigError::into_each)
+            .filter(|e| seen.insert(e.clone()));
         let mut first = flat.next()?;
         first.also = flat.collect();
         Some(first)
@@ -64,8 +66,11 @@ impl fmt::Display for ConfigError {
         } else {
             write!(f, "{}: {}", self.file.display(), self.message)?;
         }
-        for more in &self.also {
+        for more in self.also.iter().take(MOST_SHOWN - 1) {
             write!(f, "\n{more}")?;
+        }
+        if let Some(rest) = self.count().checked_sub(MOST_SHOWN).filter(|&n| n > 0) {
+            write!(f, "\n… and {rest} more errors (fix these first)")?;
         }
         Ok(())
     }

@@ -107,6 +107,25 @@ fn a_file_of_forty_thousand_descriptor_values_loads() {
 }
 
 #[test]
+fn thousands_of_the_same_mistake_print_fifty_lines_and_the_count() {
+    let mut file = String::from("domain: d\ndescriptors:\n");
+    for i in 0..20_000 {
+        file.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: secnd, requests_per_unit: 1}}\n"
+        ));
+    }
+    let got = errors(&[("d.yaml", &file)], "d.yaml");
+    assert_eq!(got.len(), 51, "{:?}", &got[..3]);
+    assert!(
+        got[0].starts_with("d.yaml:4: invalid rate limit unit 'secnd'"),
+        "{}",
+        got[0]
+    );
+    assert!(got[49].starts_with("d.yaml:102: "), "{}", got[49]);
+    assert_eq!(got[50], "… and 19950 more errors (fix these first)");
+}
+
+#[test]
 fn an_alias_bomb_is_refused_with_what_to_do() {
     // Ten levels of ten aliases each: 10^10 nodes from a few hundred bytes.
     let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
