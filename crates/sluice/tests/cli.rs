@@ -264,6 +264,29 @@ fn check_quota_and_rules_commands_talk_to_a_running_sluice() {
 }
 
 #[test]
+fn worker_threads_out_of_range_exit_2_before_serving() {
+    for (value, why) in [
+        ("0", "0 is not in 1..=1024"),
+        ("1025", "1025 is not in 1..=1024"),
+        ("99999999999999999999", "number too large"),
+    ] {
+        let out = sluice()
+            .args([
+                "serve",
+                "--config",
+                "/nonexistent.yaml",
+                "--worker-threads",
+                value,
+            ])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(stderr.contains(why), "{value}: {stderr}");
+    }
+}
+
+#[test]
 fn quota_watch_prints_a_timed_line_per_change_only() {
     use std::io::BufRead as _;
     let s = common::start(
