@@ -13,6 +13,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use sluice_core::{Clock, Entry, RuleSet};
 use smallvec::SmallVec;
+use tokio::sync::broadcast;
 
 use crate::decision::{
     Code, Decision, Denial, DescriptorOutcome, EngineSettings, RateLimitRequest,
@@ -23,7 +24,7 @@ use crate::ledger::{self, LeaseState, Settlement, StoreStatus};
 use crate::metrics::{EngineMetrics, UsageOutcome};
 use crate::plan::Plan;
 use crate::quota::{self, KeyFilter, QuotaView, TrackedPage};
-use crate::store::{GlobalStore, StoreError};
+use crate::store::{GlobalStore, PushedReset, StoreError};
 use crate::table::BucketTable;
 
 /// The decision engine.
@@ -277,16 +278,27 @@ impl Engine {
                 .clamp(Duration::from_millis(10), Duration::from_secs(1)),
         );
         debts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pushed = self.store().pushed_resets();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => self.sweep().await,
                 _ = debts.tick() => self.leaser.flush_queued_debts(self.now(), false).await,
+                key = next_pushed(&mut pushed) => self.drop_pushed(&key),
             }
         }
         self.leaser.stop_background().await;
         self.return_all_leases().await;
+    }
+
+    /// Drops this instance's state of the key encoded as `key`, whose global bucket another
+    /// instance reset ([`GlobalStore::pushed_resets`]): its next decision leases from the full
+    /// bucket at once instead of spending, or waiting out, a lease of the old one.
+    pub fn drop_pushed(&self, key: &[u8]) {
+        if self.table.drop_pushed(key) {
+            tracing::debug!("dropped a key another instance reset");
+        }
     }
 
     /// Returns leases unspent for `lease_ttl` (cold leases `cold_lease_ttl`, a starved key's
@@ -314,6 +326,24 @@ impl Engine {
             .return_tokens(self.table.take_all_leases(self.now()))
             .await;
         self.leaser.flush_queued_debts(self.now(), true).await;
+    }
+}
+
+/// The next reset another instance pushed; never, without a bus. A receiver that fell behind
+/// says how many it missed (those keys converge within `lease_ttl`) and goes on.
+async fn next_pushed(rx: &mut Option<broadcast::Receiver<PushedReset>>) -> PushedReset {
+    loop {
+        let Some(receiver) = rx else {
+            return std::future::pending().await;
+        };
+        match receiver.recv().await {
+            Ok(key) => return key,
+            Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(
+                missed,
+                "missed resets pushed by other instances: those keys converge within lease_ttl"
+            ),
+            Err(broadcast::error::RecvError::Closed) => *rx = None,
+        }
     }
 }
 

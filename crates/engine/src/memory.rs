@@ -266,7 +266,8 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         Box::pin(async move { Ok(tokens) })
     }
 
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+    fn reset<'a>(&'a self, key: &'a str, _local: &'a [u8]) -> StoreFuture<'a, ()> {
+        // One process: no other instance to tell.
         let id = self.id(key);
         if let Some((_, b)) = self.buckets.remove(&id) {
             self.room.removed(b.holder, 1);

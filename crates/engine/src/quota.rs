@@ -145,7 +145,7 @@ async fn limit_view(
 }
 
 /// Refills the global bucket of `entries` (forgets it in the store) and drops this instance's
-/// state for the key. Returns the matched rule's label, or `None` if no limited rule matches.
+/// state for the key; the store tells the other instances to drop theirs. Returns the matched rule's label, or `None` if no limited rule matches.
 pub(crate) async fn reset(
     rules: &RuleSet,
     table: &BucketTable,
@@ -160,9 +160,9 @@ pub(crate) async fn reset(
         return Ok(None);
     };
     if mode != Mode::Local {
-        store
-            .reset(&key::store_key(rule.fingerprint, Values::Sent(&entries)))
-            .await?;
+        let local = key::with_encoded(rule.fingerprint, Values::Sent(&entries), <[u8]>::to_vec);
+        let store_key = key::store_key(rule.fingerprint, Values::Sent(&entries));
+        store.reset(&store_key, &local).await?;
     }
     table.remove(rule.fingerprint, Values::Sent(&entries));
     Ok(Some(rule.label.clone()))

@@ -88,6 +88,10 @@ pub fn next_turn(queue_end: u64, now: u64, gap: u64) -> u64 {
     queue_end.max(now).saturating_add(gap)
 }
 
+/// A reset another instance pushed: the encoded table key ([`crate::key::encode_into`]) whose
+/// state to drop.
+pub type PushedReset = std::sync::Arc<[u8]>;
+
 /// A global store failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -168,8 +172,20 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// The bucket's tokens after a refill, without changing it.
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64>;
 
-    /// Forgets the bucket at `key`, so it is full again.
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
+    /// Forgets the bucket at `key`, so it is full again, and tells every other instance sharing
+    /// the store to drop its own state of the bucket, `local` (its table key, see
+    /// [`pushed_resets`](Self::pushed_resets)): their leases of the old bucket would otherwise
+    /// keep deciding until `lease_ttl`. The reset is done once the bucket is forgotten: a message
+    /// that cannot be sent is logged, and each instance converges within `lease_ttl` as before.
+    fn reset<'a>(&'a self, key: &'a str, local: &'a [u8]) -> StoreFuture<'a, ()>;
+
+    /// The table keys other instances sharing the store reset ([`reset`](Self::reset)'s `local`),
+    /// as they arrive; `None` where no other instance shares the store (in memory). The engine
+    /// drops its state of each. A receiver that falls behind skips messages (and those keys
+    /// converge within `lease_ttl`).
+    fn pushed_resets(&self) -> Option<tokio::sync::broadcast::Receiver<PushedReset>> {
+        None
+    }
 
     /// Records `client`'s demand (milli-requests per second; 0 withdraws it) on the bucket at
     /// `key` for `ttl`, and returns every live client's demand, this one's included, in no

@@ -185,6 +185,22 @@ impl BucketTable {
         self.metrics.tracked_keys.set(self.map.len() as i64);
     }
 
+    /// Drops the state of the key encoded as `key`, whose global bucket another instance reset
+    /// (it is full again, so this instance's lease of the old one must not decide any longer),
+    /// unless it is a local bucket: a `mode: local` limit is this instance's own. Tokens leased
+    /// before the reset are not returned (the reset refilled the bucket). Returns whether a key
+    /// was dropped.
+    pub(crate) fn drop_pushed(&self, key: &[u8]) -> bool {
+        let removed = self.map.remove_if(key, |Held(b), ()| {
+            b.mode != sluice_core::config::Mode::Local
+        });
+        if let Some((Held(b), ())) = &removed {
+            self.room.removed(b.identity, 1);
+            self.metrics.tracked_keys.set(self.map.len() as i64);
+        }
+        removed.is_some()
+    }
+
     /// Makes room for one more key of rule `holder`; false if the table is full, no key is at
     /// rest, and `holder` may not take room from another rule ([`Room`]). When full, evicts the
     /// least recently used keys at rest until 90% of the bound remains (one pass to find the

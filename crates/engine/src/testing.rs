@@ -66,6 +66,8 @@ pub(crate) struct Forwarding {
     timeout: Mutex<Option<Duration>>,
     /// Per operation, per key (`None`: every key).
     log: Mutex<HashMap<(Call, Option<String>), Tally>>,
+    /// Resets pushed to every engine on the store (its own included), as Redis pub/sub does.
+    bus: tokio::sync::broadcast::Sender<crate::store::PushedReset>,
 }
 
 impl Forwarding {
@@ -79,6 +81,7 @@ impl Forwarding {
             delays: Mutex::default(),
             timeout: Mutex::default(),
             log: Mutex::default(),
+            bus: tokio::sync::broadcast::channel(64).0,
         })
     }
 
@@ -237,8 +240,17 @@ impl GlobalStore for Forwarding {
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         self.call(Call::Peek, key, move |s| s.peek(key, rate))
     }
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.call(Call::Reset, key, move |s| s.reset(key))
+    fn reset<'a>(&'a self, key: &'a str, local: &'a [u8]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.call(Call::Reset, key, move |s| s.reset(key, local))
+                .await?;
+            // No receiver (no engine listening) is no error.
+            let _ = self.bus.send(local.into());
+            Ok(())
+        })
+    }
+    fn pushed_resets(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::PushedReset>> {
+        Some(self.bus.subscribe())
     }
     fn demand<'a>(
         &'a self,

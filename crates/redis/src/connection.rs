@@ -48,6 +48,17 @@ impl Conn {
         }
     }
 
+    /// PUBLISH `message` on `channel` (on a cluster, any node: it reaches every node's
+    /// subscribers).
+    pub async fn publish(&self, channel: &str, message: &[u8]) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(message);
+        match self {
+            Conn::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+            Conn::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+        }
+    }
+
     /// PING.
     pub async fn ping(&self) -> Result<(), RedisError> {
         let cmd = redis::cmd("PING");
@@ -149,7 +160,11 @@ fn tls_certificates(ca: &[u8]) -> redis::TlsCertificates {
 
 /// A standalone client (not connected).
 fn client(settings: &RedisSettings) -> Result<redis::Client, RedisError> {
-    let url = settings.url.as_deref().unwrap_or_default();
+    client_for(settings.url.as_deref().unwrap_or_default(), settings)
+}
+
+/// A client of the one node at `url`, with the settings' password and TLS roots (not connected).
+fn client_for(url: &str, settings: &RedisSettings) -> Result<redis::Client, RedisError> {
     let mut info = url.into_connection_info()?;
     if let Some(p) = password(settings) {
         let redis = info.redis_settings().clone().set_password(p);
@@ -173,6 +188,24 @@ pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
         client(settings)?,
         config,
     )?))
+}
+
+/// A connection for pub/sub messages: to the standalone Redis, or to a cluster's seed node
+/// `attempt` (round robin, so a node that is down is not asked forever). A message published on
+/// any node of a cluster reaches the subscribers of every node.
+pub async fn subscriber(
+    settings: &RedisSettings,
+    attempt: usize,
+) -> Result<redis::aio::PubSub, RedisError> {
+    let url = match settings.cluster_nodes.as_slice() {
+        [] => settings.url.as_deref().unwrap_or_default(),
+        nodes => &nodes[attempt % nodes.len()],
+    };
+    let client = client_for(url, settings)?;
+    match tokio::time::timeout(settings.connect_timeout.0, client.get_async_pubsub()).await {
+        Ok(pubsub) => pubsub,
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+    }
 }
 
 /// A cluster client builder (nothing connects until the client is used).

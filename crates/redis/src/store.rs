@@ -8,8 +8,10 @@
 //! - `global`: the [`GlobalStore`] implementation on those calls.
 //! - `errors`: what a Redis error means for the engine and the breaker, and what of it may be
 //!   printed.
+//! - `bus`: resets pushed to and from the other instances sharing the Redis (pub/sub).
 //! - `metrics`: [`RedisMetrics`].
 
+mod bus;
 mod calls;
 mod errors;
 mod global;
@@ -63,6 +65,8 @@ pub struct RedisStore {
     /// Errors of one key are logged at most once a second (µs since `started`).
     key_error_log: sluice_core::Throttle,
     started: std::time::Instant,
+    /// Resets other instances pushed, for the engine ([`bus`]).
+    pushed: tokio::sync::broadcast::Sender<sluice_engine::PushedReset>,
     /// The probe and heartbeat tasks: [`shutdown`](RedisStore::shutdown) stops and awaits them.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -126,6 +130,8 @@ impl RedisStore {
             metrics,
             key_error_log: sluice_core::Throttle::default(),
             started: std::time::Instant::now(),
+            // Resets are an operator's act: a listener 1 024 behind has stalled, and skips.
+            pushed: tokio::sync::broadcast::channel(1024).0,
             tasks,
             stop,
         });
@@ -136,6 +142,14 @@ impl RedisStore {
         store.spawn_until_stopped(first_contact(Arc::downgrade(&store)));
         store.spawn_until_stopped(probe_loop(Arc::downgrade(&store)));
         store.spawn_until_stopped(heartbeat_loop(Arc::downgrade(&store)));
+        if store.settings.push_resets {
+            store.spawn_until_stopped(bus::listen(
+                store.settings.clone(),
+                store.instance_id.clone(),
+                store.pushed.clone(),
+                store.metrics.clone(),
+            ));
+        }
         Ok(store)
     }
 

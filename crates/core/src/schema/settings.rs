@@ -53,6 +53,16 @@ pub struct RedisSettings {
     /// Most calls in one batch (1 to 1024).
     #[serde(default = "default_batch_max", deserialize_with = "batch_max")]
     pub batch_max: u32,
+    /// Whether a reset is pushed to every sluice sharing this Redis (pub/sub channel
+    /// `sluice:{bus}:resets`), so each drops its lease of the key at once rather than within
+    /// `lease_ttl`. Off: Redis users without pub/sub rights (ACL `&sluice:*`, `+publish`,
+    /// `+subscribe`) keep the `lease_ttl` bound.
+    #[serde(default = "default_push_resets")]
+    pub push_resets: bool,
+}
+
+fn default_push_resets() -> bool {
+    true
 }
 
 fn default_batch_linger() -> HumanDuration {

@@ -628,4 +628,5 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
 mod fleet;
 mod overrides;
 mod post_paid;
+mod pushed;
 mod schema;

@@ -58,16 +58,24 @@ impl GlobalStore for RedisStore {
         Box::pin(async move { self.close_at(key, rate, window, None).await.map(|_| ()) })
     }
 
-    fn reset<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+    fn reset<'a>(&'a self, key: &'a str, local: &'a [u8]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let Some(conn) = self.conn.load_full() else {
                 return Err(StoreError::Unavailable("not connected".into()));
             };
             match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(key)).await {
-                Ok(r) => r.map_err(|e| classify(&e)),
-                Err(_) => Err(StoreError::Timeout),
+                Ok(r) => r.map_err(|e| classify(&e))?,
+                Err(_) => return Err(StoreError::Timeout),
             }
+            self.push_reset(local).await;
+            Ok(())
         })
+    }
+
+    fn pushed_resets(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<sluice_engine::PushedReset>> {
+        self.subscribe_resets()
     }
 
     fn demand<'a>(

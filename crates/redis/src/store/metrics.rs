@@ -1,7 +1,31 @@
 //! [`RedisMetrics`]: the store's Prometheus series (degraded, live instances, breaker opens,
 //! round trips and batched calls).
 
-use prometheus::{IntCounter, IntGauge, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// What happened on the bus of pushed resets (`sluice_redis_pushed_resets_total{event}`).
+#[derive(Debug, Clone, Copy)]
+pub enum BusEvent {
+    /// This instance pushed a reset.
+    Sent,
+    /// Pushing a reset failed (the reset itself was done).
+    SendFailed,
+    /// Another instance's reset arrived.
+    Received,
+    /// The subscription was lost and is back (resets meanwhile were missed).
+    Resubscribed,
+}
+
+impl BusEvent {
+    fn label(self) -> &'static str {
+        match self {
+            BusEvent::Sent => "sent",
+            BusEvent::SendFailed => "send_failed",
+            BusEvent::Received => "received",
+            BusEvent::Resubscribed => "resubscribed",
+        }
+    }
+}
 
 /// Redis store metrics.
 #[derive(Debug, Clone)]
@@ -16,6 +40,8 @@ pub struct RedisMetrics {
     pub round_trips: IntCounter,
     /// `sluice_redis_batched_calls_total`: script calls sent in batches.
     pub batched_calls: IntCounter,
+    /// `sluice_redis_pushed_resets_total{event}`: resets pushed to and from other instances.
+    pub pushed_resets: IntCounterVec,
 }
 
 impl RedisMetrics {
@@ -42,13 +68,26 @@ impl RedisMetrics {
                 "sluice_redis_batched_calls_total",
                 "Script calls sent to Redis in batches (with round trips: the mean batch size)",
             )?,
+            pushed_resets: IntCounterVec::new(
+                Opts::new(
+                    "sluice_redis_pushed_resets_total",
+                    "Resets pushed between instances: sent, send_failed, received, resubscribed",
+                ),
+                &["event"],
+            )?,
         };
+        registry.register(Box::new(m.pushed_resets.clone()))?;
         registry.register(Box::new(m.degraded.clone()))?;
         registry.register(Box::new(m.live_instances.clone()))?;
         registry.register(Box::new(m.breaker_opens.clone()))?;
         registry.register(Box::new(m.round_trips.clone()))?;
         registry.register(Box::new(m.batched_calls.clone()))?;
         Ok(m)
+    }
+
+    /// Counts one event of the bus of pushed resets.
+    pub(crate) fn bus(&self, event: BusEvent) {
+        self.pushed_resets.with_label_values(&[event.label()]).inc();
     }
 
     /// Metrics in a private registry (tests).

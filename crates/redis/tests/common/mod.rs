@@ -50,6 +50,7 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
         batch_linger: HumanDuration(Duration::from_millis(1)),
         batch_min_wait: None,
         batch_max: 64,
+        push_resets: true,
     }
 }
 
