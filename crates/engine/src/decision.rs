@@ -122,6 +122,17 @@ impl Denial {
     }
 }
 
+/// A key's last denial on this instance, as `quota get` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastDenial {
+    /// When, by the engine's clock (µs; the Unix epoch's with the system clock).
+    pub at: u64,
+    /// Why.
+    pub reason: Denial,
+    /// Decided by the rule's fallback while the store was unavailable.
+    pub fallback: bool,
+}
+
 /// The decision for one descriptor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DescriptorOutcome {

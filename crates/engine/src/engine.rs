@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 use tokio::sync::broadcast;
 
 use crate::decision::{
-    Code, Decision, Denial, DescriptorOutcome, EngineSettings, RateLimitRequest,
+    Code, Decision, Denial, DescriptorOutcome, EngineSettings, LastDenial, RateLimitRequest,
 };
 use crate::key::Values;
 use crate::lease::Leaser;
@@ -169,6 +169,17 @@ impl Engine {
             Settlement::LeaseAgain => return None,
             Settlement::Settled { allowed, verdicts } => (allowed, verdicts),
         };
+        // Each bucket that denied remembers it (a denial is rare next to a pass: the one box a
+        // key's `Rare` costs is paid by denied keys only).
+        for (state, v) in states.iter_mut().zip(&verdicts) {
+            if let Some(reason) = v.denial {
+                state.rare_mut().last_denial = Some(LastDenial {
+                    at: now,
+                    reason,
+                    fallback: v.fallback,
+                });
+            }
+        }
         drop(states);
         drop(guards);
         let outcome = |at: usize| {

@@ -42,7 +42,8 @@ mod table;
 mod testing;
 
 pub use decision::{
-    Code, Decision, Denial, DescriptorOutcome, EngineSettings, LimitInfo, RateLimitRequest,
+    Code, Decision, Denial, DescriptorOutcome, EngineSettings, LastDenial, LimitInfo,
+    RateLimitRequest,
 };
 pub use engine::{Engine, Payee};
 pub use memory::MemoryStore;

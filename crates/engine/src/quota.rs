@@ -37,6 +37,8 @@ pub struct QuotaView {
     pub degraded: bool,
     /// The descriptor's further limits (`rate_limits`), each seen the same way, in file order.
     pub more: Vec<QuotaView>,
+    /// This instance's last denial of the key under this limit, while it tracks the key.
+    pub last_denial: Option<crate::decision::LastDenial>,
 }
 
 impl QuotaView {
@@ -84,6 +86,7 @@ pub(crate) async fn view(
         tracked: false,
         degraded: leaser.store.degraded(),
         more: Vec::new(),
+        last_denial: None,
     };
     let (found, entries) = rules.match_keyed(domain, entries);
     let rule = match found {
@@ -121,6 +124,7 @@ async fn limit_view(
         view.tracked = true;
         let state = b.lock();
         view.local_lease = state.lease;
+        view.last_denial = state.rare().last_denial;
         if mode == Mode::Local {
             view.global_remaining = Some(state.remaining(mode, &rate, now));
         }

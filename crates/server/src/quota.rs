@@ -147,6 +147,11 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     // Whole tokens owed, rounded up (a bucket at -0.2 still denies checks).
     out.debt = (-out.global_remaining).max(0.0).ceil() as u64;
     out.limits = view.more.iter().map(|v| to_state(v, store)).collect();
+    out.last_denial = view.last_denial.map(|d| pb::LastDenial {
+        at_unix_micros: d.at,
+        reason: d.reason.as_str().into(),
+        fallback: d.fallback,
+    });
     out
 }
 
@@ -165,6 +170,9 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
         "charge": s.charge, "debt": (!s.remaining_unknown).then_some(s.debt),
         "max_debt": s.max_debt,
         "store_error": (!s.store_error.is_empty()).then_some(&s.store_error),
+        "last_denial": s.last_denial.as_ref().map(|d| serde_json::json!({
+            "at_unix_micros": d.at_unix_micros, "reason": d.reason, "fallback": d.fallback,
+        })),
         "limits": s.limits.iter().map(state_json).collect::<Vec<_>>(),
     })
 }

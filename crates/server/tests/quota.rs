@@ -230,3 +230,61 @@ async fn a_read_token_guards_quota_reads() {
     let (status, _) = server.admin_get("/metrics").await;
     assert_eq!(status, 200, "metrics stay open for Prometheus");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_quota_says_when_and_why_this_instance_last_denied_a_key() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let mut quota = QuotaClient::new(server.channel().await);
+    let get = |ip: &str| pb::GetQuotaRequest {
+        domain: "edge".into(),
+        entries: vec![entry("remote_address", ip)],
+    };
+    let now_micros = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as u64
+    };
+    // Passed, never denied: no last denial.
+    let ip = request("edge", &[&[("remote_address", "6.6.6.6")]]);
+    rls.should_rate_limit(ip.clone()).await.expect("rpc");
+    let s = quota
+        .get_quota(get("6.6.6.6"))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert!(s.tracked && s.last_denial.is_none(), "{s:?}");
+    // per_client: 3 a minute. The fourth is denied: over_limit, now.
+    for _ in 0..3 {
+        rls.should_rate_limit(ip.clone()).await.expect("rpc");
+    }
+    let before = now_micros();
+    let s = quota
+        .get_quota(get("6.6.6.6"))
+        .await
+        .expect("rpc")
+        .into_inner();
+    let d = s.last_denial.expect("denied");
+    assert_eq!((d.reason.as_str(), d.fallback), ("over_limit", false));
+    assert!(
+        d.at_unix_micros <= before && d.at_unix_micros + 10_000_000 > before,
+        "{d:?}"
+    );
+    // Asking for more than the burst at once can never pass: cost_above_burst.
+    let mut big = request("edge", &[&[("remote_address", "7.7.7.7")]]);
+    big.hits_addend = 10;
+    rls.should_rate_limit(big).await.expect("rpc");
+    let s = quota
+        .get_quota(get("7.7.7.7"))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert_eq!(
+        s.last_denial.as_ref().map(|d| d.reason.as_str()),
+        Some("cost_above_burst"),
+    );
+    // JSON (`/quota`, `quota get -o json`) carries it too.
+    let json = sluice_server::quota::state_json(&s);
+    assert_eq!(json["last_denial"]["reason"], "cost_above_burst", "{json}");
+}

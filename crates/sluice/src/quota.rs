@@ -194,23 +194,48 @@ fn print_state(s: &pb::QuotaState, output: Output) {
             ),
         ],
     ]);
+    rows.push(vec!["last denied here".into(), last_denial(s)]);
     // Further limits of the descriptor (`rate_limits`): each with its own remaining.
     for (i, more) in s.limits.iter().enumerate() {
         rows.push(vec![
             format!("limit {}", i + 2),
             format!(
-                "{}: {} per {} (burst {}), remaining {}, this instance's lease {}, full in {}",
+                "{}: {} per {} (burst {}), remaining {}, this instance's lease {}, full in {}, last denied here {}",
                 more.rule,
                 more.requests_per_unit,
                 period(&more.unit, more.unit_multiplier),
                 more.burst,
                 remaining(more),
                 more.local_lease,
-                until_full(more)
+                until_full(more),
+                last_denial(more)
             ),
         ]);
     }
     table(&rows);
+}
+
+/// When and why this instance last denied the key under this limit: `4.2s ago (2026-…Z):
+/// over_limit`, or `never` (while it tracks the key).
+fn last_denial(s: &pb::QuotaState) -> String {
+    let Some(d) = &s.last_denial else {
+        return "never (while tracked)".into();
+    };
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(d.at_unix_micros);
+    let ago = std::time::SystemTime::now()
+        .duration_since(at)
+        .unwrap_or_default();
+    format!(
+        "{:.1}s ago ({}): {}{}",
+        ago.as_secs_f64(),
+        humantime::format_rfc3339_seconds(at),
+        d.reason,
+        if d.fallback {
+            " (by the fallback: the store was unavailable)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The global bucket's tokens, or why they are unknown (the store did not answer the peek).

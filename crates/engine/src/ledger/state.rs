@@ -73,6 +73,9 @@ pub struct Rare {
     pub debt_since: u64,
     /// Whether the bucket is in the periodic flush's queue.
     pub debt_queued: bool,
+    /// This bucket's last denial (`quota get` shows it). Here, not in every key's state: only
+    /// keys that were denied pay for it.
+    pub last_denial: Option<crate::decision::LastDenial>,
 }
 
 /// Every [`Rare`] field at its default.
@@ -84,6 +87,7 @@ const NO_RARE: Rare = Rare {
     debt_pending: 0,
     debt_since: 0,
     debt_queued: false,
+    last_denial: None,
 };
 
 impl Default for Rare {
