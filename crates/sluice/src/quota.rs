@@ -221,13 +221,12 @@ fn last_denial(s: &pb::QuotaState) -> String {
     let Some(d) = &s.last_denial else {
         return "never (while tracked)".into();
     };
+    use sluice_core::Clock as _;
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(d.at_unix_micros);
-    let ago = std::time::SystemTime::now()
-        .duration_since(at)
-        .unwrap_or_default();
+    let now = sluice_core::SystemClock::new().now_micros();
     format!(
         "{:.1}s ago ({}): {}{}",
-        ago.as_secs_f64(),
+        now.saturating_sub(d.at_unix_micros) as f64 / 1e6,
         humantime::format_rfc3339_seconds(at),
         d.reason,
         if d.fallback {
