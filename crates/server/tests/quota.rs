@@ -240,12 +240,8 @@ async fn get_quota_says_when_and_why_this_instance_last_denied_a_key() {
         domain: "edge".into(),
         entries: vec![entry("remote_address", ip)],
     };
-    let now_micros = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_micros() as u64
-    };
+    let clock = sluice_core::SystemClock::new();
+    let now_micros = || sluice_core::Clock::now_micros(&clock);
     // Passed, never denied: no last denial.
     let ip = request("edge", &[&[("remote_address", "6.6.6.6")]]);
     rls.should_rate_limit(ip.clone()).await.expect("rpc");
