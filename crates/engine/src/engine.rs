@@ -35,6 +35,8 @@ pub struct Engine {
     leaser: Arc<Leaser>,
     /// The tracked keys.
     table: BucketTable,
+    /// Hits denied per key since the last flush to the store (`quota top`).
+    denied: crate::top::DeniedCounts,
     settings: EngineSettings,
 }
 
@@ -61,6 +63,7 @@ impl Engine {
             clock,
             rules: ArcSwap::from_pointee(rules),
             table: BucketTable::new(settings.max_keys, metrics.clone()),
+            denied: crate::top::DeniedCounts::default(),
             leaser: Arc::new(Leaser::new(store, metrics, settings.clone())),
             settings,
         }
@@ -222,6 +225,12 @@ impl Engine {
             }
         }
         for (charge, v) in plan.charges.iter().zip(&verdicts) {
+            // Who is being limited (`quota top`): the rule's own keys, not shadow rules' nor
+            // callers' overrides.
+            if v.denial.is_some() && charge.info.rule.is_some() && !charge.info.shadow {
+                self.denied
+                    .note(charge.bucket.key.as_bytes(), charge.hits.max(1));
+            }
             let metrics = &self.leaser.metrics;
             metrics.usage(UsageOutcome::Reported, charge.reported);
             metrics.usage(UsageOutcome::Clamped, v.clamped);
@@ -290,17 +299,83 @@ impl Engine {
         );
         debts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pushed = self.store().pushed_resets();
+        let mut top = tokio::time::interval(crate::top::FLUSH_EVERY);
+        top.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => self.sweep().await,
+                _ = top.tick() => self.flush_denied().await,
                 _ = debts.tick() => self.leaser.flush_queued_debts(self.now(), false).await,
                 key = next_pushed(&mut pushed) => self.drop_pushed(&key),
             }
         }
         self.leaser.stop_background().await;
         self.return_all_leases().await;
+        self.flush_denied().await;
+    }
+
+    /// Adds the hits this instance denied since the last flush to the store's count
+    /// ([`crate::top`]). Counts the store did not take are lost (logged): `quota top` is a
+    /// view for operators, never a limit.
+    pub async fn flush_denied(&self) {
+        let mut counts = self.denied.take();
+        if counts.is_empty() {
+            return;
+        }
+        // A slot keeps its heaviest members only: lighter ones would be dropped on arrival.
+        if counts.len() > crate::top::KEEP_PER_SLOT {
+            counts.select_nth_unstable_by(crate::top::KEEP_PER_SLOT, |a, b| b.1.cmp(&a.1));
+            counts.truncate(crate::top::KEEP_PER_SLOT);
+        }
+        let slot = crate::top::slot_of(self.now());
+        if let Err(error) = self.store().add_denied(slot, &counts).await {
+            tracing::debug!(%error, keys = counts.len(), "denied counts not added to the store");
+        }
+    }
+
+    /// The keys with the most hits denied over about the last minute, fleet-wide, most first
+    /// (at most `n`, of the rules `filter`'s domain and rule select; its prefix is ignored).
+    /// This instance's latest counts are flushed first; other instances' are up to
+    /// [`FLUSH_EVERY`](crate::top::FLUSH_EVERY) late.
+    pub async fn top_denied(
+        &self,
+        filter: &KeyFilter,
+        n: usize,
+    ) -> Result<Vec<crate::top::TopRow>, StoreError> {
+        use crate::top::{TopRow, WINDOW_SLOTS, slot_of};
+        self.flush_denied().await;
+        let to = slot_of(self.now());
+        let counts = self
+            .store()
+            .top_denied(to.saturating_sub(WINDOW_SLOTS - 1), to)
+            .await?;
+        let rules = self.rules();
+        let by_identity: std::collections::HashMap<u64, &sluice_core::rules::Rule> =
+            rules.rules().iter().map(|r| (r.fingerprint, r)).collect();
+        let mut rows: Vec<TopRow> = counts
+            .into_iter()
+            .filter_map(|(member, denied)| {
+                let rule = crate::key::identity_of(&member).and_then(|i| by_identity.get(&i));
+                let (domain, label) = rule.map_or(("", "(a rule not loaded here)"), |r| {
+                    (r.domain.as_str(), r.label.as_str())
+                });
+                filter.matches_rule(domain, label).then(|| TopRow {
+                    domain: domain.into(),
+                    rule: label.into(),
+                    values: crate::key::values_of(&member).into(),
+                    denied,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.denied
+                .cmp(&a.denied)
+                .then_with(|| a.values.cmp(&b.values))
+        });
+        rows.truncate(n);
+        Ok(rows)
     }
 
     /// Drops this instance's state of the key encoded as `key`, whose global bucket another

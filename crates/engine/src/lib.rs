@@ -40,6 +40,7 @@ pub mod store;
 mod table;
 #[cfg(test)]
 mod testing;
+pub mod top;
 
 pub use decision::{
     Code, Decision, Denial, DescriptorOutcome, EngineSettings, LastDenial, LimitInfo,

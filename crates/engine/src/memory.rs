@@ -46,6 +46,11 @@ pub struct MemoryStore<C: Clock> {
     /// turn), so this stays empty but for engines that use this store as a stand-in for Redis
     /// (the fleet model). Ended queues go at housekeeping.
     turns: DashMap<KeyId, u64, foldhash::fast::RandomState>,
+    /// Denied hits by slot and store key (`quota top`, [`crate::top`]): the last
+    /// [`WINDOW_SLOTS`](crate::top::WINDOW_SLOTS) slots, each of at most
+    /// [`KEEP_PER_SLOT`](crate::top::KEEP_PER_SLOT) members.
+    denied:
+        std::sync::Mutex<std::collections::BTreeMap<u64, std::collections::HashMap<String, u64>>>,
 }
 
 /// A store key's 128-bit keyed hash. Keys come from request data, so they are hashed with
@@ -83,6 +88,7 @@ impl<C: Clock> MemoryStore<C> {
             no_room_until: AtomicU64::new(0),
             demands: std::sync::Mutex::default(),
             turns: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            denied: std::sync::Mutex::default(),
         })
     }
 
@@ -274,6 +280,33 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         }
         self.turns.remove(&id);
         Box::pin(async { Ok(()) })
+    }
+
+    fn add_denied<'a>(&'a self, slot: u64, counts: &'a [(String, u64)]) -> StoreFuture<'a, ()> {
+        let mut denied = self
+            .denied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        crate::top::merge_into(denied.entry(slot).or_default(), counts);
+        // Slots before the window are never read again.
+        let oldest = slot.saturating_sub(crate::top::WINDOW_SLOTS);
+        denied.retain(|&s, _| s >= oldest);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn top_denied<'a>(&'a self, from: u64, to: u64) -> StoreFuture<'a, Vec<(String, u64)>> {
+        let denied = self
+            .denied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sum = std::collections::HashMap::<String, u64>::new();
+        for (_, slot) in denied.range(from..=to) {
+            for (member, n) in slot {
+                let total = sum.entry(member.clone()).or_default();
+                *total = total.saturating_add(*n);
+            }
+        }
+        Box::pin(async move { Ok(sum.into_iter().collect()) })
     }
 
     fn demand<'a>(

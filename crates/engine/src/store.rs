@@ -187,6 +187,15 @@ pub trait GlobalStore: Send + Sync + 'static {
         None
     }
 
+    /// Adds `counts` (`(store key, denied hits)`, one instance's since its last flush) into the
+    /// fleet's count of `slot`, keeping the slot's [`KEEP_PER_SLOT`](crate::top::KEEP_PER_SLOT)
+    /// heaviest members for [`WINDOW_SLOTS`](crate::top::WINDOW_SLOTS) slots
+    /// ([`crate::top::merge_into`]).
+    fn add_denied<'a>(&'a self, slot: u64, counts: &'a [(String, u64)]) -> StoreFuture<'a, ()>;
+
+    /// The counts of slots `from..=to` summed, as `(store key, denied hits)`, in no order.
+    fn top_denied<'a>(&'a self, from: u64, to: u64) -> StoreFuture<'a, Vec<(String, u64)>>;
+
     /// Records `client`'s demand (milli-requests per second; 0 withdraws it) on the bucket at
     /// `key` for `ttl`, and returns every live client's demand, this one's included, in no
     /// particular order (RLQS sizes each Envoy's share from all of them). A store shared by one

@@ -252,6 +252,12 @@ impl GlobalStore for Forwarding {
     fn pushed_resets(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::PushedReset>> {
         Some(self.bus.subscribe())
     }
+    fn add_denied<'a>(&'a self, slot: u64, counts: &'a [(String, u64)]) -> StoreFuture<'a, ()> {
+        self.inner.add_denied(slot, counts)
+    }
+    fn top_denied<'a>(&'a self, from: u64, to: u64) -> StoreFuture<'a, Vec<(String, u64)>> {
+        self.inner.top_denied(from, to)
+    }
     fn demand<'a>(
         &'a self,
         key: &'a str,

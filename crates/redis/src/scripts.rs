@@ -33,6 +33,13 @@ pub static DEMAND: LazyLock<Script> =
 pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/heartbeat.lua")));
 
+/// `top_add.lua`: add one instance's denied hits to a slot of `quota top`'s counts.
+pub static TOP_ADD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/top_add.lua")));
+/// `top_read.lua`: the summed counts of `quota top`'s slots.
+pub static TOP_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/top_read.lua")));
+
 /// A bucket script: `bucket.lua` (shared prelude), then the script's own part.
 fn bucket_script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("../lua/bucket.lua")))

@@ -9,6 +9,7 @@
 //! - `errors`: what a Redis error means for the engine and the breaker, and what of it may be
 //!   printed.
 //! - `bus`: resets pushed to and from the other instances sharing the Redis (pub/sub).
+//! - `top`: `quota top`'s fleet-wide counts of denied hits.
 //! - `metrics`: [`RedisMetrics`].
 
 mod bus;
@@ -16,6 +17,7 @@ mod calls;
 mod errors;
 mod global;
 mod metrics;
+mod top;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};

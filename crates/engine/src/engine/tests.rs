@@ -631,3 +631,4 @@ mod overrides;
 mod post_paid;
 mod pushed;
 mod schema;
+mod top;

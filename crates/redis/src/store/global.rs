@@ -78,6 +78,14 @@ impl GlobalStore for RedisStore {
         self.subscribe_resets()
     }
 
+    fn add_denied<'a>(&'a self, slot: u64, counts: &'a [(String, u64)]) -> StoreFuture<'a, ()> {
+        Box::pin(self.add_denied_to(slot, counts))
+    }
+
+    fn top_denied<'a>(&'a self, from: u64, to: u64) -> StoreFuture<'a, Vec<(String, u64)>> {
+        Box::pin(self.top_denied_of(from, to))
+    }
+
     fn demand<'a>(
         &'a self,
         key: &'a str,
