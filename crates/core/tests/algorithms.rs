@@ -68,7 +68,7 @@ fn count_denied_belongs_to_fixed_windows() {
     assert_eq!(
         rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window}"),
         Ok(false),
-        "off by default (see README)"
+        "off by default (see docs/configuration.md, Algorithms)"
     );
     assert_eq!(
         rules("{unit: minute, requests_per_unit: 5, algorithm: fixed_window, count_denied: true}"),

@@ -2,7 +2,7 @@
 //! ported: the same files must load, match and be refused as they are there. The cases are
 //! upstream's; the test code is ours, and asserts what sluice makes of each case (the rule that
 //! applies, its limit and flags, the entries its bucket is keyed by, the error and its line).
-//! Where sluice answers differently on purpose, the test says so and README's "Differences from
+//! Where sluice answers differently on purpose, the test says so and docs/configuration.md's "Differences from
 //! envoyproxy/ratelimit" explains why.
 
 use std::borrow::Cow;

@@ -1,6 +1,6 @@
 //! Bounds on what one client can hold: connections, streams, watchers, time. sluice sits on every
 //! request, so a slow, stuck or hostile client must cost a bounded amount and never starve
-//! decisions. The defaults are documented in the README ("Security").
+//! decisions. The defaults are documented in docs/security.md ("Bounds per client").
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
