@@ -104,7 +104,7 @@ pub async fn handle(
     match req.uri().path() {
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
-        "/config" | "/quota" if let Err(why) = may_read(state, req, peer) => {
+        "/config" | "/quota" | "/quota/top" if let Err(why) = may_read(state, req, peer) => {
             let mut r = text(StatusCode::UNAUTHORIZED, format!("{why}\n"));
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -114,6 +114,7 @@ pub async fn handle(
         }
         "/config" => json(StatusCode::OK, &config_json(state)),
         "/quota" => quota(state, req.uri().query().unwrap_or("")).await,
+        "/quota/top" => top(state, req.uri().query().unwrap_or("")).await,
         "/readyz" => {
             // Degraded (global store down) is still ready: traffic must keep flowing on fallbacks.
             let runtime = state.runtime.load();
@@ -219,6 +220,48 @@ async fn quota(state: &AppState, query: &str) -> Response<Full<Bytes>> {
     };
     let s = crate::quota::peek(state, &domain, &entries).await;
     json(StatusCode::OK, &crate::quota::state_json(&s))
+}
+
+/// `/quota/top?domain=D&rule=R&n=N`: the same as `TopDenied`, as JSON.
+async fn top(state: &AppState, query: &str) -> Response<Full<Bytes>> {
+    let usage = "/quota/top?domain=D&rule=R&n=N (each optional)";
+    let mut req = sluice_proto::sluice::v1::TopDeniedRequest::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v);
+        match percent_decode(k).as_str() {
+            "domain" => req.domain = v,
+            "rule" => req.rule = v,
+            "n" => match v.parse() {
+                Ok(n) => req.limit = n,
+                Err(_) => {
+                    let error = format!("n must be a whole number from 1 to 1000, not {v:?}");
+                    return json(
+                        StatusCode::BAD_REQUEST,
+                        &serde_json::json!({"error": error, "usage": usage}),
+                    );
+                }
+            },
+            other => {
+                let error = format!("unknown parameter {other:?}");
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    &serde_json::json!({"error": error, "usage": usage}),
+                );
+            }
+        }
+    }
+    match crate::top::top(state, req).await {
+        Ok(t) => json(StatusCode::OK, &crate::top::top_json(&t)),
+        Err(status) => {
+            let code = match status.code() {
+                tonic::Code::NotFound => StatusCode::NOT_FOUND,
+                tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            json(code, &serde_json::json!({"error": status.message()}))
+        }
+    }
 }
 
 /// Decodes `%XX` and `+` in a query component (invalid escapes are kept as written).

@@ -36,6 +36,7 @@ pub mod rls;
 pub mod serve;
 pub mod shadow;
 pub mod state;
+pub mod top;
 pub mod usage;
 pub mod validate;
 

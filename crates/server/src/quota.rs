@@ -270,6 +270,16 @@ impl Quota for QuotaService {
         }))
     }
 
+    async fn top_denied(
+        &self,
+        request: Request<pb::TopDeniedRequest>,
+    ) -> Result<Response<pb::TopDeniedResponse>, Status> {
+        self.authorize_read(&request)?;
+        crate::top::top(&self.state, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
     type WatchQuotaStream = WatchStream;
 
     async fn watch_quota(
@@ -373,7 +383,7 @@ impl Quota for QuotaService {
 
 /// Refuses (NOT_FOUND) a listing filtered by a domain or rule the loaded config does not have:
 /// a typo would otherwise list nothing and look like a quiet instance.
-fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), Status> {
+pub(crate) fn known_filter(rules: &sluice_core::RuleSet, filter: &KeyFilter) -> Result<(), Status> {
     // No name in a config is longer; the refusal below echoes what was asked for.
     for (what, value) in [("domain", &filter.domain), ("rule", &filter.rule)] {
         if value.len() > validate::MAX_ENTRY_BYTES {

@@ -142,6 +142,21 @@ pub enum QuotaCommand {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
+    /// Who is being limited: the descriptor values with the most denied hits over about the
+    /// last minute, across every sidecar sharing the store, most first.
+    Top {
+        #[command(flatten)]
+        target: Target,
+        /// Only this domain.
+        #[arg(long, default_value = "")]
+        domain: String,
+        /// Only this rule (its label, as `sluice rules` shows).
+        #[arg(long, default_value = "")]
+        rule: String,
+        /// Most rows (1 to 1000).
+        #[arg(short = 'n', long = "limit", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
     /// Refill one descriptor's global bucket (needs `admin.allow_reset` and the reset token).
     Reset {
         #[command(flatten)]

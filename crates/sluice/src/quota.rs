@@ -1,4 +1,4 @@
-//! `sluice quota get|list|assignments|reset|watch`: reading (and resetting) the quota state of a
+//! `sluice quota get|list|top|assignments|reset|watch`: reading (and resetting) the quota state of a
 //! running sluice, and how it is printed.
 
 use anyhow::Context;
@@ -29,6 +29,24 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
             if state.unknown_domain {
                 return Err(unknown_domain(&descriptor.domain));
             }
+        }
+        QuotaCommand::Top {
+            target,
+            domain,
+            rule,
+            limit,
+        } => {
+            let top = reader(&target)
+                .await?
+                .top_denied(pb::TopDeniedRequest {
+                    domain,
+                    rule,
+                    limit,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_top(&top, target.output);
         }
         QuotaCommand::List {
             target,
@@ -213,6 +231,34 @@ fn print_state(s: &pb::QuotaState, output: Output) {
         ]);
     }
     table(&rows);
+}
+
+/// `quota top`: one row per key, most denied first, then how much time the counts cover.
+fn print_top(t: &pb::TopDeniedResponse, output: Output) {
+    if output == Output::Json {
+        out(&sluice_server::top::top_json(t).to_string());
+        return;
+    }
+    let mut rows = vec![
+        ["DENIED", "DOMAIN", "RULE", "VALUES"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for r in &t.rows {
+        rows.push(vec![
+            r.denied.to_string(),
+            r.domain.clone(),
+            r.rule.clone(),
+            r.values.clone(),
+        ]);
+    }
+    table(&rows);
+    out(&format!(
+        "{} keys; hits denied in the last {} s by every sidecar sharing the {} store",
+        t.rows.len(),
+        t.window_seconds,
+        t.store
+    ));
 }
 
 /// When and why this instance last denied the key under this limit: `4.2s ago (2026-…Z):

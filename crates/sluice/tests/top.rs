@@ -1,0 +1,99 @@
+//! `sluice quota top`, `TopDenied` and `/quota/top` as an on-call engineer runs them: who is
+//! being limited, most denied first, as a table and as JSON; filters that name nothing fail.
+
+mod common;
+
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+
+const CONFIG: &str = r#"
+domains:
+  - domain: api
+    descriptors:
+      - key: api_key
+        rate_limit: {name: per_key, unit: hour, requests_per_unit: 2}
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1000}
+"#;
+
+fn top(addr: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::bin())
+        .args(["quota", "top", "--addr", addr])
+        .args(args)
+        .output()
+        .expect("run sluice quota top")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_top_names_the_most_denied_keys_as_a_table_json_and_over_http() {
+    let sluice = common::start(CONFIG);
+    let mut rls = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    // key-a: 2 pass, 10 denied; key-b: 2 pass, 3 denied; key-c passes; /x never denied.
+    for (value, n) in [("key-a", 12), ("key-b", 5), ("key-c", 1)] {
+        for _ in 0..n {
+            rls.should_rate_limit(common::rls_request("api", "api_key", value))
+                .await
+                .expect("rpc");
+        }
+    }
+    rls.should_rate_limit(common::rls_request("api", "path", "/x"))
+        .await
+        .expect("rpc");
+    let addr = sluice.grpc.to_string();
+
+    let table = top(&addr, &[]);
+    assert!(table.status.success(), "{table:?}");
+    let text = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[0].starts_with("DENIED"), "{text}");
+    assert!(
+        lines[1].starts_with("10 ")
+            && lines[1].contains("per_key")
+            && lines[1].ends_with("api_key=key-a"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("3 ") && lines[2].ends_with("api_key=key-b"),
+        "{text}"
+    );
+    assert!(
+        lines[3].contains("2 keys") && lines[3].contains("memory"),
+        "{text}"
+    );
+
+    let json = top(&addr, &["-n", "1", "-o", "json", "--rule", "per_key"]);
+    assert!(json.status.success(), "{json:?}");
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["rows"][0]["values"], "api_key=key-a");
+    assert_eq!(v["rows"][0]["denied"], 10);
+    assert_eq!(v["rows"][0]["domain"], "api");
+
+    // The admin endpoint answers the same (on loopback, no token configured).
+    let http = common::http_get(sluice.admin.port(), "/quota/top?domain=api&n=5", &[]);
+    assert_eq!(http.status, 200, "{}", http.body);
+    let v: serde_json::Value = serde_json::from_str(&http.body).expect("json");
+    assert_eq!(v["rows"][1]["values"], "api_key=key-b", "{v}");
+    assert_eq!(v["rows"][1]["denied"], 3);
+    let bad = common::http_get(sluice.admin.port(), "/quota/top?n=many", &[]);
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // A rule or domain that does not exist is an error, not an empty list.
+    for args in [&["--rule", "per_kye"][..], &["--domain", "apii"][..]] {
+        let typo = top(&addr, args);
+        assert!(!typo.status.success(), "{args:?}: {typo:?}");
+        assert!(
+            String::from_utf8_lossy(&typo.stderr).contains("in the loaded config"),
+            "{typo:?}"
+        );
+    }
+    let http = common::http_get(sluice.admin.port(), "/quota/top?rule=nope", &[]);
+    assert_eq!(http.status, 404, "{}", http.body);
+    // Out-of-range row counts are refused before anything is asked.
+    for n in ["0", "1001", "99999999999999999999"] {
+        let out = top(&addr, &["-n", n]);
+        assert_eq!(out.status.code(), Some(2), "-n {n}: {out:?}");
+    }
+}
