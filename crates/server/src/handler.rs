@@ -97,6 +97,9 @@ pub async fn handle<W: Wire + Sync>(
                 &state.shadow_log,
                 question.domain,
             );
+            state
+                .denial_log
+                .record(question.domain, &question.descriptors, &decision);
             state.metrics.record(W::API, &decision);
             wire.answer(&runtime, &req, &decision)
         }

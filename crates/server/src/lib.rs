@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod assignments;
 pub mod authz;
+pub mod denials;
 pub mod durations;
 pub mod handler;
 pub mod headers;

@@ -126,6 +126,8 @@ pub struct AppState {
     draining: AtomicBool,
     /// Sampling for would-deny logs.
     pub shadow_log: crate::shadow::ShadowLog,
+    /// Sampled logs of denials (a line a second per rule, values as digests).
+    pub denial_log: crate::denials::DenialLog,
     /// Background tasks.
     pub background: Background,
     /// Bounds on connections, streams, watchers and time.
@@ -156,6 +158,7 @@ impl AppState {
             registry,
             draining: AtomicBool::new(false),
             shadow_log: crate::shadow::ShadowLog::default(),
+            denial_log: crate::denials::DenialLog::default(),
             background: Background::default(),
             limits: Limits::default(),
             watchers: Arc::default(),

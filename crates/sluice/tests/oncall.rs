@@ -1,5 +1,7 @@
-//! `sluice quota top`, `TopDenied` and `/quota/top` as an on-call engineer runs them: who is
-//! being limited, most denied first, as a table and as JSON; filters that name nothing fail.
+//! The on-call hour (issue 25 items 10 and 11), as an engineer meets it: `sluice quota top`,
+//! `TopDenied` and `/quota/top` (who is being limited, most denied first, as a table and as
+//! JSON; filters that name nothing fail), and the sampled denial log (a line a second per rule,
+//! the values as a digest, never as sent).
 
 mod common;
 
@@ -96,4 +98,48 @@ async fn quota_top_names_the_most_denied_keys_as_a_table_json_and_over_http() {
         let out = top(&addr, &["-n", n]);
         assert_eq!(out.status.code(), Some(2), "-n {n}: {out:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_are_logged_a_line_a_second_per_rule_with_a_digest_not_the_values() {
+    let sluice = common::start(CONFIG);
+    let mut rls = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    let secret = "sk-live-very-secret-key";
+    // 2 pass, then 48 denied within well under a second: one line.
+    for _ in 0..50 {
+        rls.should_rate_limit(common::rls_request("api", "api_key", secret))
+            .await
+            .expect("rpc");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    // A second later, the next denial logs a line saying how many went unlogged.
+    rls.should_rate_limit(common::rls_request("api", "api_key", secret))
+        .await
+        .expect("rpc");
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while lines.len() < 2 && std::time::Instant::now() < deadline {
+        if let Ok(line) = sluice
+            .stderr
+            .recv_timeout(std::time::Duration::from_millis(100))
+        {
+            assert!(!line.contains(secret), "a log line holds the value: {line}");
+            if line.contains("denied (sampled") {
+                lines.push(serde_json::from_str::<serde_json::Value>(&line).expect("json log"));
+            }
+        }
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    // printf 'api_key=sk-live-very-secret-key' | sha256sum | cut -c1-16
+    let digest = "85c3ce7dd5856dd2";
+    for line in &lines {
+        let fields = &line["fields"];
+        assert_eq!(fields["rule"], "per_key", "{line}");
+        assert_eq!(fields["reason"], "over_limit", "{line}");
+        assert_eq!(fields["values_sha256"], digest, "{line}");
+    }
+    assert_eq!(lines[0]["fields"]["unlogged_since_last_line"], 0);
+    assert_eq!(lines[1]["fields"]["unlogged_since_last_line"], 47);
 }
