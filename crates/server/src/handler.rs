@@ -100,7 +100,9 @@ pub async fn handle<W: Wire + Sync>(
             state
                 .denial_log
                 .record(question.domain, &question.descriptors, &decision);
-            state.metrics.record(W::API, &decision);
+            state
+                .metrics
+                .record(W::API, &decision, &question.descriptors);
             wire.answer(&runtime, &req, &decision)
         }
     };

@@ -1,6 +1,8 @@
 //! Request and decision metrics. Labels are bounded by configuration: API names, rule labels,
-//! fixed outcome words; never descriptor values or request domains.
+//! fixed outcome words; never request domains, and descriptor values only for rules with
+//! `detailed_metric: true`, within a budget ([`detailed`]).
 
+pub mod detailed;
 pub mod rlqs;
 
 use std::sync::{Arc, OnceLock};
@@ -82,6 +84,8 @@ pub struct ServerMetrics {
     pub refused: IntCounterVec,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
+    /// Per-value decisions of rules with `detailed_metric: true`.
+    pub detailed: Arc<detailed::DetailedMetrics>,
     rls: ApiSeries,
     authz: ApiSeries,
     report: ApiSeries,
@@ -144,8 +148,10 @@ impl ServerMetrics {
             resets,
             refused,
             rlqs: rlqs::RlqsMetrics::register(registry)?,
+            detailed: Arc::new(detailed::DetailedMetrics::new()?),
             rule_series: Arc::default(),
         };
+        registry.register(Box::new(m.detailed.decisions.clone()))?;
         registry.register(Box::new(m.requests.clone()))?;
         registry.register(Box::new(m.latency.clone()))?;
         registry.register(Box::new(m.decisions.clone()))?;
@@ -166,7 +172,7 @@ impl ServerMetrics {
     }
 
     /// Counts a decision: the request, and each descriptor a rule applied to.
-    pub fn record(&self, api: Api, decision: &Decision) {
+    pub fn record(&self, api: Api, decision: &Decision, descriptors: &[sluice_core::Descriptor]) {
         let series = self.api(api);
         if decision.unknown_domain {
             series.unknown_domain.inc();
@@ -179,10 +185,21 @@ impl ServerMetrics {
             return;
         }
         let rules = self.rule_series(&decision.rules);
-        for o in &decision.outcomes {
+        for (o, descriptor) in decision.outcomes.iter().zip(descriptors) {
             let Some(limit) = o.limit else { continue };
             let outcome = outcome_index(o);
             let rule = limit.rule.map(|id| (id, rules.rules.rule(id)));
+            if let Some((_, Some(rule))) = rule
+                && rule.detailed_metric
+            {
+                self.detailed.record(
+                    &rule.domain,
+                    &rule.label,
+                    rule.fingerprint,
+                    descriptor,
+                    OUTCOMES[outcome],
+                );
+            }
             match rule {
                 Some((id, Some(rule))) => rules.counters[id as usize][outcome]
                     .get_or_init(|| {

@@ -143,3 +143,56 @@ async fn denials_are_logged_a_line_a_second_per_rule_with_a_digest_not_the_value
     assert_eq!(lines[0]["fields"]["unlogged_since_last_line"], 0);
     assert_eq!(lines[1]["fields"]["unlogged_since_last_line"], 47);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detailed_metric_counts_the_busiest_values_and_the_rest_as_other() {
+    let config = "domains:\n  - domain: api\n    descriptors:\n      - key: api_key\n        detailed_metric: true\n        rate_limit: {name: per_key, unit: hour, requests_per_unit: 12}\n      - key: path\n        rate_limit: {unit: hour, requests_per_unit: 12}\n";
+    let sluice = common::start(config);
+    let mut rls = RateLimitServiceClient::connect(format!("http://{}", sluice.grpc))
+        .await
+        .expect("connect");
+    // `busy`: 15 decisions (12 pass, 3 denied); 20 one-off keys; a rule without the flag.
+    for _ in 0..15 {
+        rls.should_rate_limit(common::rls_request("api", "api_key", "busy"))
+            .await
+            .expect("rpc");
+    }
+    for i in 0..20 {
+        rls.should_rate_limit(common::rls_request("api", "api_key", &format!("k{i}")))
+            .await
+            .expect("rpc");
+        rls.should_rate_limit(common::rls_request("api", "path", &format!("/p{i}")))
+            .await
+            .expect("rpc");
+    }
+    let metrics = common::http_get(sluice.admin.port(), "/metrics", &[]).body;
+    let sample = |labels: &str| -> Option<u64> {
+        let line = format!("sluice_detailed_decisions_total{{{labels}}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&line)?.parse().ok())
+    };
+    // Its own series from its 10th decision: 3 passes and 3 denials; the first 9, and every
+    // one-off key, under `other`.
+    assert_eq!(
+        sample(r#"domain="api",outcome="ok",rule="per_key",values="api_key=busy""#),
+        Some(3),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(r#"domain="api",outcome="over_limit",rule="per_key",values="api_key=busy""#),
+        Some(3)
+    );
+    assert_eq!(
+        sample(r#"domain="api",outcome="ok",rule="per_key",values="other""#),
+        Some(29)
+    );
+    assert!(
+        !metrics.contains("api_key=k1"),
+        "one-off values get no series"
+    );
+    assert!(
+        !metrics.contains("/p1"),
+        "rules without detailed_metric are not per value"
+    );
+}

@@ -157,6 +157,7 @@ pub(super) fn compile_rule(
         quota_mode: false,
         metadata: None,
         count_denied,
+        detailed_metric: false,
         limits: id..id + 1,
         replaces,
         fingerprint,

@@ -93,6 +93,9 @@ pub struct Rule {
     /// The ids of every limit of its descriptor (`rate_limits`), itself included, in file order:
     /// a request passes only if all of them can pay. One id for a single `rate_limit`.
     pub limits: std::ops::Range<RuleId>,
+    /// `detailed_metric` (or `value_to_metric`) on its descriptor: decisions are also counted
+    /// per descriptor value, within a label budget.
+    pub detailed_metric: bool,
     /// A stable identity of (domain, path, limit): buckets of an unchanged rule survive reloads.
     pub fingerprint: u64,
     /// The name for metrics, logs and headers: the explicit name, else `domain:path`.

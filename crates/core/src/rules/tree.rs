@@ -207,6 +207,7 @@ impl RuleSet {
                 }
             }
             rule.quota_mode = d.quota_mode;
+            rule.detailed_metric = d.detailed_metric || d.value_to_metric;
             rule.metadata = metadata.clone();
             rule.limits = first..end;
             self.rules.push(rule);

@@ -50,10 +50,12 @@ pub struct DescriptorConfig {
     /// `response.rls_dynamic_metadata: true`) when a request passes this descriptor's limit.
     #[serde(default)]
     pub metadata: Option<serde_json::Value>,
-    /// Accepted for compatibility; sluice never labels metrics with raw values.
+    /// Also count this descriptor's decisions per value (`sluice_detailed_decisions_total`),
+    /// within a label budget: the busiest values, the rest as `other`.
     #[serde(default)]
     pub detailed_metric: bool,
-    /// Accepted for compatibility; sluice never labels metrics with raw values.
+    /// As `detailed_metric` (upstream names statistics by value with it; sluice counts per value
+    /// the same way for both).
     #[serde(default)]
     pub value_to_metric: bool,
 }
