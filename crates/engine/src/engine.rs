@@ -37,6 +37,8 @@ pub struct Engine {
     table: BucketTable,
     /// Hits denied per key since the last flush to the store (`quota top`).
     denied: crate::top::DeniedCounts,
+    /// Pushed resets acted on this second: the second (high 32 bits) and the count.
+    pushed_drops: std::sync::atomic::AtomicU64,
     settings: EngineSettings,
 }
 
@@ -64,6 +66,7 @@ impl Engine {
             rules: ArcSwap::from_pointee(rules),
             table: BucketTable::new(settings.max_keys, metrics.clone()),
             denied: crate::top::DeniedCounts::default(),
+            pushed_drops: std::sync::atomic::AtomicU64::new(0),
             leaser: Arc::new(Leaser::new(store, metrics, settings.clone())),
             settings,
         }
@@ -227,9 +230,11 @@ impl Engine {
         for (charge, v) in plan.charges.iter().zip(&verdicts) {
             // Who is being limited (`quota top`): the rule's own keys, not shadow rules' nor
             // callers' overrides.
+            // At most a burst per request: a client asking for u64::MAX hits at once (a
+            // cost_above_burst) must not push every other key off the list.
             if v.denial.is_some() && charge.info.rule.is_some() && !charge.info.shadow {
-                self.denied
-                    .note(charge.bucket.key.as_bytes(), charge.hits.max(1));
+                let hits = charge.hits.clamp(1, charge.info.rate.burst.max(1));
+                self.denied.note(charge.bucket.key.as_bytes(), hits);
             }
             let metrics = &self.leaser.metrics;
             metrics.usage(UsageOutcome::Reported, charge.reported);
@@ -306,82 +311,40 @@ impl Engine {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => self.sweep().await,
-                _ = top.tick() => self.flush_denied().await,
+                // Bounded: a slow store must not hold up sweeps and pushed resets.
+                _ = top.tick() => {
+                    let _ = tokio::time::timeout(TOP_FLUSH_WAIT, self.flush_denied()).await;
+                }
                 _ = debts.tick() => self.leaser.flush_queued_debts(self.now(), false).await,
                 key = next_pushed(&mut pushed) => self.drop_pushed(&key),
             }
         }
         self.leaser.stop_background().await;
         self.return_all_leases().await;
-        self.flush_denied().await;
-    }
-
-    /// Adds the hits this instance denied since the last flush to the store's count
-    /// ([`crate::top`]). Counts the store did not take are lost (logged): `quota top` is a
-    /// view for operators, never a limit.
-    pub async fn flush_denied(&self) {
-        let mut counts = self.denied.take();
-        if counts.is_empty() {
-            return;
-        }
-        // A slot keeps its heaviest members only: lighter ones would be dropped on arrival.
-        if counts.len() > crate::top::KEEP_PER_SLOT {
-            counts.select_nth_unstable_by(crate::top::KEEP_PER_SLOT, |a, b| b.1.cmp(&a.1));
-            counts.truncate(crate::top::KEEP_PER_SLOT);
-        }
-        let slot = crate::top::slot_of(self.now());
-        if let Err(error) = self.store().add_denied(slot, &counts).await {
-            tracing::debug!(%error, keys = counts.len(), "denied counts not added to the store");
-        }
-    }
-
-    /// The keys with the most hits denied over about the last minute, fleet-wide, most first
-    /// (at most `n`, of the rules `filter`'s domain and rule select; its prefix is ignored).
-    /// This instance's latest counts are flushed first; other instances' are up to
-    /// [`FLUSH_EVERY`](crate::top::FLUSH_EVERY) late.
-    pub async fn top_denied(
-        &self,
-        filter: &KeyFilter,
-        n: usize,
-    ) -> Result<Vec<crate::top::TopRow>, StoreError> {
-        use crate::top::{TopRow, WINDOW_SLOTS, slot_of};
-        self.flush_denied().await;
-        let to = slot_of(self.now());
-        let counts = self
-            .store()
-            .top_denied(to.saturating_sub(WINDOW_SLOTS - 1), to)
-            .await?;
-        let rules = self.rules();
-        let by_identity: std::collections::HashMap<u64, &sluice_core::rules::Rule> =
-            rules.rules().iter().map(|r| (r.fingerprint, r)).collect();
-        let mut rows: Vec<TopRow> = counts
-            .into_iter()
-            .filter_map(|(member, denied)| {
-                let rule = crate::key::identity_of(&member).and_then(|i| by_identity.get(&i));
-                let (domain, label) = rule.map_or(("", "(a rule not loaded here)"), |r| {
-                    (r.domain.as_str(), r.label.as_str())
-                });
-                filter.matches_rule(domain, label).then(|| TopRow {
-                    domain: domain.into(),
-                    rule: label.into(),
-                    values: crate::key::values_of(&member).into(),
-                    denied,
-                })
-            })
-            .collect();
-        rows.sort_by(|a, b| {
-            b.denied
-                .cmp(&a.denied)
-                .then_with(|| a.values.cmp(&b.values))
-        });
-        rows.truncate(n);
-        Ok(rows)
+        let _ = tokio::time::timeout(TOP_FLUSH_WAIT, self.flush_denied()).await;
     }
 
     /// Drops this instance's state of the key encoded as `key`, whose global bucket another
     /// instance reset ([`GlobalStore::pushed_resets`]): its next decision leases from the full
     /// bucket at once instead of spending, or waiting out, a lease of the old one.
+    /// At most [`PUSHED_DROPS_PER_SEC`] a second: resets are an operator's acts, and a flood of
+    /// messages (anyone who may publish on the channel) must not drop every lease.
     pub fn drop_pushed(&self, key: &[u8]) {
+        let second = (self.now() / 1_000_000) & 0xffff_ffff;
+        let seen = self.pushed_drops.load(std::sync::atomic::Ordering::Relaxed);
+        let count = if seen >> 32 == second {
+            seen & 0xffff_ffff
+        } else {
+            0
+        };
+        if count >= PUSHED_DROPS_PER_SEC {
+            tracing::debug!("a pushed reset ignored: more than {PUSHED_DROPS_PER_SEC} this second");
+            return;
+        }
+        self.pushed_drops.store(
+            (second << 32) | (count + 1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if self.table.drop_pushed(key) {
             tracing::debug!("dropped a key another instance reset");
         }
@@ -415,6 +378,12 @@ impl Engine {
     }
 }
 
+/// The longest the maintenance loop waits for `quota top`'s flush.
+const TOP_FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// Pushed resets acted on per second, at most.
+const PUSHED_DROPS_PER_SEC: u64 = 100;
+
 /// The next reset another instance pushed; never, without a bus. A receiver that fell behind
 /// says how many it missed (those keys converge within `lease_ttl`) and goes on.
 async fn next_pushed(rx: &mut Option<broadcast::Receiver<PushedReset>>) -> PushedReset {
@@ -433,6 +402,7 @@ async fn next_pushed(rx: &mut Option<broadcast::Receiver<PushedReset>>) -> Pushe
     }
 }
 
+mod denied;
 mod shares;
 pub use shares::Payee;
 

@@ -91,6 +91,12 @@ impl Leaser {
         result
     }
 
+    /// A place among the [`QUOTA_READS`] operator reads of the store (`quota top` takes one
+    /// too); `None` while they are all in flight.
+    pub(crate) fn operator_read(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.quota_reads.try_acquire().ok()
+    }
+
     /// The single-flight lock of `bucket`.
     fn flight(&self, bucket: &Arc<LeaseBucket>) -> &Arc<tokio::sync::Mutex<()>> {
         // Fibonacci hashing of the allocation address: stable for the bucket's life.

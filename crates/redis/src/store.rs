@@ -132,8 +132,8 @@ impl RedisStore {
             metrics,
             key_error_log: sluice_core::Throttle::default(),
             started: std::time::Instant::now(),
-            // Resets are an operator's act: a listener 1 024 behind has stalled, and skips.
-            pushed: tokio::sync::broadcast::channel(1024).0,
+            // Resets are an operator's act: a listener 64 behind has stalled, and skips.
+            pushed: tokio::sync::broadcast::channel(64).0,
             tasks,
             stop,
         });

@@ -233,8 +233,8 @@ async fn top(state: &AppState, query: &str) -> Response<Full<Bytes>> {
             "domain" => req.domain = v,
             "rule" => req.rule = v,
             "n" => match v.parse() {
-                Ok(n) => req.limit = n,
-                Err(_) => {
+                Ok(n @ 1..=1000) => req.limit = n,
+                _ => {
                     let error = format!("n must be a whole number from 1 to 1000, not {v:?}");
                     return json(
                         StatusCode::BAD_REQUEST,

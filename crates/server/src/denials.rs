@@ -55,7 +55,8 @@ impl DenialLog {
             };
             let rule = limit.rule.and_then(|id| decision.rules.rule(id));
             let identity = rule.map_or(0, |r| r.fingerprint);
-            if self.rules.len() >= MAX_RULES && !self.rules.contains_key(&identity) {
+            // `len` locks every shard: only when a rule is seen for the first time.
+            if !self.rules.contains_key(&identity) && self.rules.len() >= MAX_RULES {
                 self.rules.clear();
             }
             let entry = self.rules.entry(identity).or_default();

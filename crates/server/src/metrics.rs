@@ -192,13 +192,8 @@ impl ServerMetrics {
             if let Some((_, Some(rule))) = rule
                 && rule.detailed_metric
             {
-                self.detailed.record(
-                    &rule.domain,
-                    &rule.label,
-                    rule.fingerprint,
-                    descriptor,
-                    OUTCOMES[outcome],
-                );
+                self.detailed
+                    .record(&rule.domain, &rule.label, descriptor, OUTCOMES[outcome]);
             }
             match rule {
                 Some((id, Some(rule))) => rules.counters[id as usize][outcome]

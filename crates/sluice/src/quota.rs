@@ -268,12 +268,18 @@ fn last_denial(s: &pb::QuotaState) -> String {
         return "never (while tracked)".into();
     };
     use sluice_core::Clock as _;
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(d.at_unix_micros);
+    // RFC 3339 ends with year 9999; a server's answer past it is shown as sent.
+    const YEAR_10000_MICROS: u64 = 253_402_300_800_000_000;
+    let at = if d.at_unix_micros < YEAR_10000_MICROS {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(d.at_unix_micros);
+        humantime::format_rfc3339_seconds(at).to_string()
+    } else {
+        format!("{} µs after 1970", d.at_unix_micros)
+    };
     let now = sluice_core::SystemClock::new().now_micros();
     format!(
-        "{:.1}s ago ({}): {}{}",
+        "{:.1}s ago ({at}): {}{}",
         now.saturating_sub(d.at_unix_micros) as f64 / 1e6,
-        humantime::format_rfc3339_seconds(at),
         d.reason,
         if d.fallback {
             " (by the fallback: the store was unavailable)"

@@ -79,8 +79,10 @@ async fn quota_top_names_the_most_denied_keys_as_a_table_json_and_over_http() {
     let v: serde_json::Value = serde_json::from_str(&http.body).expect("json");
     assert_eq!(v["rows"][1]["values"], "api_key=key-b", "{v}");
     assert_eq!(v["rows"][1]["denied"], 3);
-    let bad = common::http_get(sluice.admin.port(), "/quota/top?n=many", &[]);
-    assert_eq!(bad.status, 400, "{}", bad.body);
+    for bad in ["n=many", "n=0", "n=1001", "x=1"] {
+        let bad = common::http_get(sluice.admin.port(), &format!("/quota/top?{bad}"), &[]);
+        assert_eq!(bad.status, 400, "{}", bad.body);
+    }
 
     // A rule or domain that does not exist is an error, not an empty list.
     for args in [&["--rule", "per_kye"][..], &["--domain", "apii"][..]] {

@@ -31,7 +31,12 @@ pub const CHANNEL: &str = "sluice:{bus}:resets";
 /// The longest message heard: a table key is bounded (an identity, then keys of at most 1 KiB
 /// and values of at most ~100 bytes, per entry of a bounded descriptor); anything longer is no
 /// message of ours.
-const MAX_MESSAGE: usize = 256 * 1024;
+const MAX_MESSAGE: usize = 64 * 1024;
+
+/// The longest wait between two attempts to subscribe (from `probe_interval`, doubling): a
+/// Redis that refuses the subscription (no pub/sub rights) is not asked again several times a
+/// second by every sidecar.
+const LONGEST_RETRY: Duration = Duration::from_secs(30);
 
 /// How often a quiet subscription is checked with a PING (a connection that died without a
 /// word, as behind a stalled proxy, would otherwise keep the listener waiting forever).
@@ -97,7 +102,8 @@ impl RedisStore {
 }
 
 /// Listens on [`CHANNEL`] until the store stops, handing every other instance's reset to
-/// `out`; resubscribes after any loss of the connection (every `probe_interval`).
+/// `out`; resubscribes after any loss of the connection (after `probe_interval`, doubling up
+/// to [`LONGEST_RETRY`] while it fails).
 pub(super) async fn listen(
     settings: RedisSettings,
     me: String,
@@ -105,32 +111,47 @@ pub(super) async fn listen(
     metrics: super::RedisMetrics,
 ) {
     let mut attempt = 0usize;
-    let mut said_down = false;
+    let (mut ever, mut said_down) = (false, false);
+    let mut wait = settings.probe_interval.0;
     loop {
-        match connection::subscriber(&settings, attempt).await {
-            Ok(mut pubsub) => match pubsub.subscribe(CHANNEL).await {
-                Ok(()) => {
-                    if said_down {
-                        tracing::info!("listening for other instances' resets again");
-                        metrics.bus(BusEvent::Resubscribed);
-                    }
-                    hear(pubsub, &settings, &me, &out, &metrics).await;
+        let subscribed = async {
+            let mut pubsub = connection::subscriber(&settings, attempt).await?;
+            let ack = tokio::time::timeout(settings.connect_timeout.0, pubsub.subscribe(CHANNEL));
+            match ack.await {
+                Ok(answer) => answer.map(|()| pubsub),
+                Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+            }
+        };
+        match subscribed.await {
+            Ok(pubsub) => {
+                if ever {
+                    tracing::info!("listening for other instances' resets again");
+                    metrics.bus(BusEvent::Resubscribed);
+                }
+                (ever, said_down) = (true, false);
+                wait = settings.probe_interval.0;
+                hear(pubsub, &settings, &me, &out, &metrics).await;
+                tracing::warn!(
+                    "lost the channel other instances push resets on: resubscribing; resets \
+                     meanwhile are seen within lease_ttl"
+                );
+            }
+            Err(e) => {
+                metrics.bus(BusEvent::SubscribeFailed);
+                // Said once per outage (a refusal such as NOPERM is worth a warning); the
+                // breaker's own warnings cover Redis being down.
+                if !said_down {
                     tracing::warn!(
-                        "lost the channel other instances push resets on: resubscribing; resets \
-                         meanwhile are seen within lease_ttl"
+                        error = %safe(&e),
+                        "cannot listen for other instances' resets (push_resets): they are seen within lease_ttl; retrying"
                     );
                     said_down = true;
                 }
-                Err(e) => tracing::debug!(error = %safe(&e), "could not subscribe to resets"),
-            },
-            Err(e) => {
-                // The breaker's own warnings say Redis is down; this says it once, quietly.
-                tracing::debug!(error = %safe(&e), "no connection for pushed resets yet");
-                said_down = true;
+                wait = (wait * 2).min(LONGEST_RETRY);
             }
         }
         attempt = attempt.wrapping_add(1);
-        tokio::time::sleep(settings.probe_interval.0).await;
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -14,6 +14,8 @@ pub enum BusEvent {
     Received,
     /// The subscription was lost and is back (resets meanwhile were missed).
     Resubscribed,
+    /// Subscribing failed (Redis down, or no pub/sub rights); retried with a growing wait.
+    SubscribeFailed,
 }
 
 impl BusEvent {
@@ -23,6 +25,7 @@ impl BusEvent {
             BusEvent::SendFailed => "send_failed",
             BusEvent::Received => "received",
             BusEvent::Resubscribed => "resubscribed",
+            BusEvent::SubscribeFailed => "subscribe_failed",
         }
     }
 }
@@ -71,7 +74,7 @@ impl RedisMetrics {
             pushed_resets: IntCounterVec::new(
                 Opts::new(
                     "sluice_redis_pushed_resets_total",
-                    "Resets pushed between instances: sent, send_failed, received, resubscribed",
+                    "Resets pushed between instances: sent, send_failed, received, resubscribed, subscribe_failed",
                 ),
                 &["event"],
             )?,

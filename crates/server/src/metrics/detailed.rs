@@ -31,6 +31,9 @@ const CANDIDATES: usize = 4_096;
 /// The label of every value without a series of its own.
 pub const OTHER: &str = "other";
 
+/// A rule as the budget knows it: its domain and label.
+type RuleName = (String, String);
+
 /// One rule's values.
 #[derive(Debug, Default)]
 struct RuleValues {
@@ -43,7 +46,9 @@ struct RuleValues {
 pub struct DetailedMetrics {
     /// `sluice_detailed_decisions_total`.
     pub decisions: IntCounterVec,
-    rules: Mutex<(HashMap<u64, RuleValues>, usize)>,
+    /// By domain and rule label (not the rule's identity, which a changed rate changes: the
+    /// values keep their series across reloads), and the values with series in all.
+    rules: Mutex<(HashMap<RuleName, RuleValues>, usize)>,
 }
 
 impl DetailedMetrics {
@@ -61,16 +66,8 @@ impl DetailedMetrics {
         })
     }
 
-    /// Counts one decision of `descriptor` under the rule `label` (identity `identity`) of
-    /// `domain`.
-    pub fn record(
-        &self,
-        domain: &str,
-        label: &str,
-        identity: u64,
-        descriptor: &Descriptor,
-        outcome: &str,
-    ) {
+    /// Counts one decision of `descriptor` under the rule `label` of `domain`.
+    pub fn record(&self, domain: &str, label: &str, descriptor: &Descriptor, outcome: &str) {
         let values = values_label(descriptor);
         let shown = {
             let mut guard = self
@@ -78,7 +75,12 @@ impl DetailedMetrics {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let (rules, total) = &mut *guard;
-            let rule = rules.entry(identity).or_default();
+            let rule = match rules.get_mut(&(domain.to_string(), label.to_string())) {
+                Some(rule) => rule,
+                None => rules
+                    .entry((domain.to_string(), label.to_string()))
+                    .or_default(),
+            };
             if rule.labelled.contains(&values) {
                 true
             } else {
@@ -135,18 +137,18 @@ mod tests {
         let d = |v: &str| Descriptor::of([("user", v)]);
         // A busy value: its first PROMOTE_AFTER - 1 decisions are `other`, then its own.
         for _ in 0..25 {
-            m.record("d", "r", 1, &d("busy"), "ok");
+            m.record("d", "r", &d("busy"), "ok");
         }
         assert_eq!(count(&m, "user=busy"), 25 - (PROMOTE_AFTER - 1));
         // A flood of one-off values never gets a series.
         for i in 0..10_000 {
-            m.record("d", "r", 1, &d(&format!("once-{i}")), "ok");
+            m.record("d", "r", &d(&format!("once-{i}")), "ok");
         }
         assert_eq!(count(&m, OTHER), PROMOTE_AFTER - 1 + 10_000);
         // Past PER_RULE values, busy ones count as other too.
         for i in 0..PER_RULE + 5 {
             for _ in 0..PROMOTE_AFTER {
-                m.record("d", "r", 1, &d(&format!("v{i}")), "ok");
+                m.record("d", "r", &d(&format!("v{i}")), "ok");
             }
         }
         let series = m.decisions.collect()[0].get_metric().len();

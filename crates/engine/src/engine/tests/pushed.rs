@@ -86,3 +86,23 @@ async fn an_engine_without_a_bus_resets_its_own_state_only() {
     e.reset("d", &entries("user", "w")).await.expect("reset");
     assert_eq!(ask(&e, &user).await.overall, Code::Ok);
 }
+
+#[tokio::test]
+async fn a_flood_of_pushed_resets_drops_at_most_a_hundred_keys_a_second() {
+    let clock = ManualClock::at(1_000_000);
+    let store = Forwarding::new(&clock, Mode::Up, 2);
+    let b = engine_on(store.clone(), &clock, EngineSettings::default());
+    for i in 0..150 {
+        ask(&b, &[d(&[("user", &format!("u{i}"))])]).await;
+    }
+    assert_eq!(b.tracked_keys(), 150);
+    for i in 0..150 {
+        b.drop_pushed(&table_key(&b, &entries("user", &format!("u{i}"))));
+    }
+    assert_eq!(b.tracked_keys(), 50, "100 dropped this second, 50 kept");
+    clock.advance_micros(1_000_000);
+    for i in 100..150 {
+        b.drop_pushed(&table_key(&b, &entries("user", &format!("u{i}"))));
+    }
+    assert_eq!(b.tracked_keys(), 0, "the next second, the rest");
+}
