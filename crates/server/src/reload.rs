@@ -55,7 +55,8 @@ pub struct ReloadOptions {
     pub interval: Duration,
     /// The files the running config was read from.
     pub files: Vec<PathBuf>,
-    /// Settings that need a restart to change (engine, redis), as loaded at start.
+    /// Settings that need a restart to change (engine, redis, tls), as loaded at start: compared,
+    /// never printed (they hold URLs and key material).
     pub restart_only: String,
     /// How a changed config is loaded and checked (the binary adds the checks only its
     /// dependencies can make).
@@ -81,11 +82,13 @@ impl ReloadOptions {
 }
 
 fn restart_only(config: &Config) -> String {
-    format!(
-        "{:?}{:?}",
-        config.engine,
-        config.redis.as_ref().map(|r| (&r.url, &r.cluster_nodes))
-    )
+    use std::hash::{Hash, Hasher};
+    // TLS material's Debug hides the key: compare a hash of the PEM bytes instead.
+    let mut tls = std::hash::DefaultHasher::new();
+    if let Some(t) = &config.tls {
+        (&t.cert_pem, &t.key_pem, &t.client_ca_pem).hash(&mut tls);
+    }
+    format!("{:?}{:?}{}", config.engine, config.redis, tls.finish())
 }
 
 /// Polls until `stop` is cancelled.
@@ -141,7 +144,7 @@ pub async fn watch(
                 }
                 if restart_only(&config) != options.restart_only {
                     tracing::warn!(
-                        "engine or redis settings changed: they apply after a restart; rules and authz apply now"
+                        "engine, redis or tls settings changed: they apply after a restart; rules and authz apply now"
                     );
                 }
                 let rules = config.rules.rules().len();
@@ -215,4 +218,27 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::config::parse_config;
+
+    use super::restart_only;
+
+    #[test]
+    fn any_redis_or_engine_field_is_a_change_that_needs_a_restart() {
+        let base = "domains: []\nredis:\n  url: redis://127.0.0.1:6379\n";
+        let same = parse_config(base).expect("config");
+        for changed in [
+            "domains: []\nredis:\n  url: redis://127.0.0.1:6379\n  push_resets: false\n",
+            "domains: []\nredis:\n  url: redis://127.0.0.1:6379\n  timeout: 50ms\n",
+            "domains: []\nredis:\n  url: redis://127.0.0.1:6379\nengine:\n  lease_ttl: 2s\n",
+        ] {
+            let other = parse_config(changed).expect("config");
+            assert_ne!(restart_only(&same), restart_only(&other), "{changed}");
+        }
+        let again = parse_config(base).expect("config");
+        assert_eq!(restart_only(&same), restart_only(&again));
+    }
 }
