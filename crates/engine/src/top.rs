@@ -71,7 +71,9 @@ impl DeniedCounts {
             return;
         }
         if counts.len() >= CAPACITY {
-            drop_lower_half(&mut counts);
+            // The lower half goes: each a key denied less than the median since the last flush.
+            let keep = counts.len() - counts.len() / 2;
+            keep_heaviest(&mut counts, keep);
         }
         counts.insert(key.into(), hits);
     }
@@ -94,22 +96,28 @@ impl DeniedCounts {
     }
 }
 
-/// Drops every count below the median (and as many at it as needed to free half the map).
-fn drop_lower_half<S: std::hash::BuildHasher>(counts: &mut HashMap<Box<[u8]>, u64, S>) {
-    let mut all: Vec<u64> = counts.values().copied().collect();
-    let mid = all.len() / 2;
-    let (_, &mut median, _) = all.select_nth_unstable(mid);
-    let mut at_median_to_drop = all.iter().filter(|&&n| n < median).count();
-    at_median_to_drop = mid.saturating_sub(at_median_to_drop);
-    counts.retain(|_, n| {
-        if *n < median {
-            return false;
+/// Keeps the `keep` heaviest counts of `map` (of those tied at the cut, any), dropping the rest.
+fn keep_heaviest<K, S>(map: &mut HashMap<K, u64, S>, keep: usize) {
+    if map.len() <= keep {
+        return;
+    }
+    if keep == 0 {
+        map.clear();
+        return;
+    }
+    let mut all: Vec<u64> = map.values().copied().collect();
+    let (_, &mut floor, _) = all.select_nth_unstable_by(keep - 1, |a, b| b.cmp(a));
+    let above = all.iter().filter(|&&n| n > floor).count();
+    let mut at_floor = keep - above;
+    map.retain(|_, n| {
+        if *n > floor {
+            return true;
         }
-        if *n == median && at_median_to_drop > 0 {
-            at_median_to_drop -= 1;
-            return false;
+        if *n == floor && at_floor > 0 {
+            at_floor -= 1;
+            return true;
         }
-        true
+        false
     });
 }
 
@@ -121,22 +129,7 @@ pub fn merge_into(slot: &mut HashMap<String, u64>, counts: &[(String, u64)]) {
         let total = slot.entry(member.clone()).or_default();
         *total = total.saturating_add(*n);
     }
-    if slot.len() > KEEP_PER_SLOT {
-        let mut all: Vec<u64> = slot.values().copied().collect();
-        all.sort_unstable_by(|a, b| b.cmp(a));
-        let floor = all[KEEP_PER_SLOT - 1];
-        let mut at_floor = all[..KEEP_PER_SLOT].iter().filter(|&&n| n == floor).count();
-        slot.retain(|_, n| {
-            if *n > floor {
-                return true;
-            }
-            if *n == floor && at_floor > 0 {
-                at_floor -= 1;
-                return true;
-            }
-            false
-        });
-    }
+    keep_heaviest(slot, KEEP_PER_SLOT);
 }
 
 #[cfg(test)]

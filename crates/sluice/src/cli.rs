@@ -75,6 +75,17 @@ pub enum Command {
     },
 }
 
+/// Which rules a listing covers (`quota list`, `quota top`); empty: all.
+#[derive(Debug, Args)]
+pub struct RuleFilter {
+    /// Only this domain.
+    #[arg(long, default_value = "")]
+    pub domain: String,
+    /// Only this rule (its label, as `sluice rules` shows).
+    #[arg(long, default_value = "")]
+    pub rule: String,
+}
+
 /// Where the running sluice is, and how to print.
 #[derive(Debug, Args)]
 pub struct Target {
@@ -129,12 +140,8 @@ pub enum QuotaCommand {
     List {
         #[command(flatten)]
         target: Target,
-        /// Only this domain.
-        #[arg(long, default_value = "")]
-        domain: String,
-        /// Only this rule (its label, as `sluice rules` shows).
-        #[arg(long, default_value = "")]
-        rule: String,
+        #[command(flatten)]
+        rules: RuleFilter,
         /// Only values starting with this (`key=value|…`).
         #[arg(long, default_value = "")]
         prefix: String,
@@ -147,12 +154,8 @@ pub enum QuotaCommand {
     Top {
         #[command(flatten)]
         target: Target,
-        /// Only this domain.
-        #[arg(long, default_value = "")]
-        domain: String,
-        /// Only this rule (its label, as `sluice rules` shows).
-        #[arg(long, default_value = "")]
-        rule: String,
+        #[command(flatten)]
+        rules: RuleFilter,
         /// Most rows (1 to 1000).
         #[arg(short = 'n', long = "limit", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,

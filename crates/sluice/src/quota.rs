@@ -7,7 +7,7 @@ use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::Assignment;
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
 
-use crate::cli::{Output, QuotaCommand};
+use crate::cli::{Output, QuotaCommand, RuleFilter};
 use crate::connect::{channel, entries, reader, status_error};
 use crate::output::{out, period, table};
 
@@ -32,8 +32,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
         }
         QuotaCommand::Top {
             target,
-            domain,
-            rule,
+            rules: RuleFilter { domain, rule },
             limit,
         } => {
             let top = reader(&target)
@@ -50,8 +49,7 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
         }
         QuotaCommand::List {
             target,
-            domain,
-            rule,
+            rules: RuleFilter { domain, rule },
             prefix,
             limit,
         } => {

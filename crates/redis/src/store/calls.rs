@@ -2,6 +2,8 @@
 //! lease and release calls sent in batches ([`crate::batch`]), every outcome counted in the
 //! breaker. Also the calls with an explicit `now` (tests and the conformance suite).
 
+use std::sync::Arc;
+
 use redis::RedisError;
 use sluice_core::bucket::Rate;
 use sluice_engine::{LeaseAsk, LeaseGrant, StoreError};
@@ -9,6 +11,7 @@ use sluice_engine::{LeaseAsk, LeaseGrant, StoreError};
 use super::RedisStore;
 use super::errors::{classify, retry_alone, trips_breaker};
 use crate::batch::NotBatched;
+use crate::connection::Conn;
 use crate::scripts::{self, CHARGE, CLOSE, LEASE, PEEK, RELEASE};
 
 impl RedisStore {
@@ -112,6 +115,14 @@ impl RedisStore {
         &self,
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
+        let conn = self.connection_for_a_call()?;
+        let answer = tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await;
+        self.settle(answer.map_err(|_| StoreError::Timeout))
+    }
+
+    /// The connection for one round trip (counted), or why there is none: refused at once
+    /// while the breaker is open, or before a cluster's connection is made.
+    pub(super) fn connection_for_a_call(&self) -> Result<Arc<Conn>, StoreError> {
         if !self.breaker.is_closed() {
             return Err(StoreError::Unavailable("circuit open".into()));
         }
@@ -119,8 +130,7 @@ impl RedisStore {
             return Err(StoreError::Unavailable("not connected".into()));
         };
         self.metrics.round_trips.inc();
-        let answer = tokio::time::timeout(self.settings.timeout.0, conn.invoke(inv)).await;
-        self.settle(answer.map_err(|_| StoreError::Timeout))
+        Ok(conn)
     }
 
     /// A bucket script call on `key` without an explicit `now`, sent in a batch with other keys'

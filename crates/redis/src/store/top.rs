@@ -68,13 +68,7 @@ impl RedisStore {
         &self,
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        if !self.breaker.is_closed() {
-            return Err(StoreError::Unavailable("circuit open".into()));
-        }
-        let Some(conn) = self.conn.load_full() else {
-            return Err(StoreError::Unavailable("not connected".into()));
-        };
-        self.metrics.round_trips.inc();
+        let conn = self.connection_for_a_call()?;
         match tokio::time::timeout(self.settings.connect_timeout.0, conn.invoke(inv)).await {
             Ok(answer) => answer.map_err(|e| classify(&e)),
             Err(_) => Err(StoreError::Timeout),
