@@ -29,7 +29,9 @@ impl Rate {
     /// otherwise, and a caller asking again then is told again). `None` if it never will.
     pub fn micros_until_at(&self, tokens: f64, target: f64, now_micros: u64) -> Option<u64> {
         match self.algorithm {
-            Algorithm::TokenBucket => return self.micros_until(tokens, target),
+            Algorithm::TokenBucket | Algorithm::Concurrency => {
+                return self.micros_until(tokens, target);
+            }
             _ if tokens >= target => return Some(0),
             _ if target > self.burst as f64 => return None,
             _ => {}
@@ -50,7 +52,7 @@ impl Rate {
     /// the hits counted so far stop counting); 0 when full.
     pub fn micros_until_full_at(&self, tokens: f64, now_micros: u64) -> u64 {
         match self.algorithm {
-            Algorithm::TokenBucket => self.micros_until_full(tokens),
+            Algorithm::TokenBucket | Algorithm::Concurrency => self.micros_until_full(tokens),
             _ if tokens >= self.burst as f64 => 0,
             Algorithm::FixedWindow => crate::window::until_window_end(self, now_micros),
             Algorithm::SlidingWindow => crate::window::until_window_end(self, now_micros)

@@ -28,6 +28,56 @@ pub struct LimitOverride {
     pub unit: crate::unit::Unit,
 }
 
+/// The descriptor key of the entry that makes a descriptor a hold's acquire or release (see
+/// [`Hold`]). Reserved: a rule may not match on it.
+pub const HOLD_KEY: &str = "sluice-hold";
+
+/// The request header sluice asks Envoy to add to an admitted request that took a hold: its
+/// token, which the stream-done descriptor sends back (`request_headers` action) to release it.
+pub const HOLD_HEADER: &str = "x-sluice-hold";
+
+/// What a descriptor does to the holds of its concurrency rules (`rate_limit.concurrency`).
+///
+/// Envoy's convention: the request-time descriptor ends with `sluice-hold: acquire`; the
+/// stream-done descriptor ends with `sluice-hold: <token>`, the token sluice answered with in
+/// [`HOLD_HEADER`]. The entry is taken off before the descriptor is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hold {
+    /// A plain descriptor: on a concurrency rule, a check (would one more request fit?).
+    #[default]
+    None,
+    /// Take a slot on each concurrency rule the descriptor matches, until released.
+    Acquire,
+    /// Give back the slots the hold with this token took on the descriptor's keys; a token that
+    /// holds nothing there (unknown, released, expired, another key's) changes nothing.
+    Release(u64),
+}
+
+impl Hold {
+    /// The hold a trailing `sluice-hold` entry's value asks for: `acquire`, or a token (a
+    /// value that is no token is a release that finds nothing: garbage in a header must not
+    /// fail the stream-done call that also carries post-paid usage).
+    pub fn parse(value: &str) -> Self {
+        if value == "acquire" {
+            return Hold::Acquire;
+        }
+        Hold::Release(parse_token(value).unwrap_or(0))
+    }
+}
+
+/// A hold token as sent: 16 lowercase hex digits.
+pub fn format_token(token: u64) -> String {
+    format!("{token:016x}")
+}
+
+/// A token from its text, if it is one (16 hex digits, not zero).
+pub fn parse_token(text: &str) -> Option<u64> {
+    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(text, 16).ok().filter(|&t| t != 0)
+}
+
 /// An ordered list of entries, matched against a domain's descriptor tree.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Descriptor {
@@ -37,6 +87,8 @@ pub struct Descriptor {
     pub hits_addend: Option<u64>,
     /// A caller-supplied limit that replaces the configured one.
     pub limit_override: Option<LimitOverride>,
+    /// What it does to holds (its trailing `sluice-hold` entry, taken off `entries`).
+    pub hold: Hold,
 }
 
 impl Descriptor {
@@ -46,6 +98,44 @@ impl Descriptor {
             entries: pairs.into_iter().map(|(k, v)| Entry::new(k, v)).collect(),
             hits_addend: None,
             limit_override: None,
+            hold: Hold::None,
         }
+    }
+
+    /// Takes a trailing `sluice-hold` entry off the entries into [`hold`](Self::hold).
+    pub fn take_hold_entry(&mut self) {
+        if self.entries.last().is_some_and(|e| e.key == HOLD_KEY) {
+            let entry = self.entries.pop().expect("checked above");
+            self.hold = Hold::parse(&entry.value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trailing_hold_entry_becomes_the_hold() {
+        let mut d = Descriptor::of([("tenant", "a"), (HOLD_KEY, "acquire")]);
+        d.take_hold_entry();
+        assert_eq!(d.entries, vec![Entry::new("tenant", "a")]);
+        assert_eq!(d.hold, Hold::Acquire);
+        let mut d = Descriptor::of([("tenant", "a"), (HOLD_KEY, "00000000000000ff")]);
+        d.take_hold_entry();
+        assert_eq!(d.hold, Hold::Release(255));
+        // Not last: an entry like any other (no rule may match on it).
+        let mut d = Descriptor::of([(HOLD_KEY, "acquire"), ("tenant", "a")]);
+        d.take_hold_entry();
+        assert_eq!((d.entries.len(), d.hold), (2, Hold::None));
+    }
+
+    #[test]
+    fn garbage_tokens_release_nothing() {
+        for bad in ["", "0000000000000000", "xyz", "00000000000000ff0", "ACQUIRE", "+00000000000000f"] {
+            assert_eq!(Hold::parse(bad), Hold::Release(0), "{bad:?}");
+        }
+        assert_eq!(parse_token(&format_token(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_token(&format_token(0xabc)), Some(0xabc));
     }
 }

@@ -21,6 +21,12 @@ pub enum Algorithm {
     /// `L` per trailing period, estimated from the current and previous windows (see
     /// [`crate::window`] for its error bound).
     SlidingWindow,
+    /// A concurrency limit (`rate_limit.concurrency`): at most `B` held at once. A token is a
+    /// slot: taken when a request starts, given back when it ends (never refilled: `L` is 0),
+    /// and the period is the hold timeout, after which a slot never given back comes back.
+    /// Not a spelling of `algorithm:`: `concurrency:` makes it.
+    #[serde(skip)]
+    Concurrency,
 }
 
 impl Algorithm {
@@ -30,12 +36,13 @@ impl Algorithm {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
     /// Whether it counts in windows (leases then end with the window they came from).
     pub const fn is_window(self) -> bool {
-        !matches!(self, Algorithm::TokenBucket)
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
     }
 
     /// The code the Lua scripts take (`ARGV[5]`).
@@ -44,6 +51,7 @@ impl Algorithm {
             Algorithm::TokenBucket => 0,
             Algorithm::FixedWindow => 1,
             Algorithm::SlidingWindow => 2,
+            Algorithm::Concurrency => 3,
         }
     }
 }

@@ -61,9 +61,12 @@ impl LeaseBucket {
     }
 
     /// Whether evicting the key now loses nothing a limit depends on (see
-    /// [`LeaseState::at_rest`]). Leased keys need no lock to tell.
+    /// [`LeaseState::at_rest`]). Leased keys need no lock to tell, but concurrency limits' do
+    /// (their holds are kept until given back).
     pub fn at_rest(&self, now: u64) -> bool {
-        self.mode != Mode::Local || self.lock().at_rest(self.mode, &self.rate, now)
+        let unlocked = self.mode != Mode::Local
+            && self.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
+        unlocked || self.lock().at_rest(self.mode, &self.rate, now)
     }
 }
 #[cfg(test)]

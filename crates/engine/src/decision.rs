@@ -27,6 +27,8 @@ pub struct EngineSettings {
     pub cold_lease_ttl: Duration,
     /// A starved key's sidecars take turns asking a remote store, this many a second in all.
     pub starved_calls_per_sec: u32,
+    /// Most holds of concurrency limits kept at once.
+    pub max_holds: u64,
 }
 
 impl From<&sluice_core::config::EngineConfig> for EngineSettings {
@@ -39,6 +41,7 @@ impl From<&sluice_core::config::EngineConfig> for EngineSettings {
             lease_ttl: c.lease_ttl.0,
             cold_lease_ttl: c.cold_lease_ttl.0.max(c.lease_ttl.0),
             starved_calls_per_sec: c.starved_calls_per_sec.max(1),
+            max_holds: c.max_holds as u64,
         }
     }
 }
@@ -225,4 +228,9 @@ pub struct Decision {
     pub rules: Arc<RuleSet>,
     /// The domain has no config (everything is OK, as in envoyproxy/ratelimit).
     pub unknown_domain: bool,
+    /// The token of the hold this request took on its concurrency limits, if it was admitted
+    /// and acquired one (`sluice-hold: acquire`); its release names it.
+    pub hold: Option<u64>,
+    /// Holds this request's releases gave back (`sluice-hold: <token>`).
+    pub released: u32,
 }

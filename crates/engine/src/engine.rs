@@ -39,6 +39,8 @@ pub struct Engine {
     denied: crate::top::DeniedCounts,
     /// Pushed resets acted on this second: the second (high 32 bits) and the count.
     pushed_drops: std::sync::atomic::AtomicU64,
+    /// Holds of concurrency limits kept, bounded by `max_holds`.
+    holds: crate::holds::HoldCount,
     settings: EngineSettings,
 }
 
@@ -67,6 +69,7 @@ impl Engine {
             table: BucketTable::new(settings.max_keys, metrics.clone()),
             denied: crate::top::DeniedCounts::default(),
             pushed_drops: std::sync::atomic::AtomicU64::new(0),
+            holds: crate::holds::HoldCount::new(settings.max_holds),
             leaser: Arc::new(Leaser::new(store, metrics, settings.clone())),
             settings,
         }
@@ -109,8 +112,12 @@ impl Engine {
                 outcomes,
                 rules,
                 unknown_domain: true,
+                hold: None,
+                released: 0,
             };
         }
+        // Releases first: the slots they give back may be what this request's acquires take.
+        let released = self.release_holds(&rules, req, now);
         let mut evicted = Vec::new();
         let mut plan = Plan::build(&rules, req, |identity, store_identity, entries, info| {
             self.table.slot(
@@ -125,14 +132,17 @@ impl Engine {
         for &d in &plan.unlimited {
             outcomes[d].unlimited = true;
         }
+        if plan.acquires() && !self.holds.has_room() {
+            self.refuse_holds(&mut plan, now);
+        }
         self.leaser.return_later(evicted);
         let mut may_retry = true;
         // The whole decision waits for the store at most its timeout, leasing again included.
         let deadline = self.leaser.deadline();
-        let overall = loop {
+        let (overall, hold) = loop {
             self.leaser.ensure(&mut plan, now, deadline).await;
             match self.settle(&plan, &mut outcomes, now, may_retry) {
-                Some(code) => break code,
+                Some(settled) => break settled,
                 // A concurrent request spent the leased tokens this one saw: lease again, once.
                 None => may_retry = false,
             }
@@ -145,18 +155,21 @@ impl Engine {
             outcomes,
             rules,
             unknown_domain: false,
+            hold,
+            released,
         }
     }
 
     /// Locks the plan's buckets, settles them in the ledger and fills the outcomes; `None` when
-    /// the ledger asks to lease again (nothing was charged).
+    /// the ledger asks to lease again (nothing was charged). Also the token of the hold the
+    /// request took, if it acquired one and passed.
     fn settle(
         &self,
         plan: &Plan<'_>,
         outcomes: &mut [DescriptorOutcome],
         now: u64,
         may_retry: bool,
-    ) -> Option<Code> {
+    ) -> Option<(Code, Option<u64>)> {
         let down = plan
             .charges
             .iter()
@@ -175,6 +188,10 @@ impl Engine {
             Settlement::LeaseAgain => return None,
             Settlement::Settled { allowed, verdicts } => (allowed, verdicts),
         };
+        // Under the same locks as the payment: a release can only name a hold once it exists.
+        let hold = (allowed && plan.acquires())
+            .then(|| self.record_holds(plan, &terms, &mut states, &verdicts, now))
+            .flatten();
         // Each bucket that denied remembers it (a denial is rare next to a pass: the one box a
         // key's `Rare` costs is paid by denied keys only).
         for (state, v) in states.iter_mut().zip(&verdicts) {
@@ -248,7 +265,7 @@ impl Engine {
             }
         }
         // Over the limit if any descriptor is (then nothing was charged).
-        Some(if allowed { Code::Ok } else { Code::OverLimit })
+        Some((if allowed { Code::Ok } else { Code::OverLimit }, hold))
     }
 
     /// Peeks at the quota of `entries` in `domain`: nothing is consumed and no key is created.
@@ -355,7 +372,7 @@ impl Engine {
     /// is at rest.
     pub async fn sweep(&self) {
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let returns = self.table.sweep(
+        let swept = self.table.sweep(
             self.now(),
             micros(self.settings.idle_timeout),
             (
@@ -364,7 +381,8 @@ impl Engine {
                 self.leaser.starved_lease_ttl(),
             ),
         );
-        self.leaser.return_tokens(returns).await;
+        self.count_holds(&swept);
+        self.leaser.return_tokens(swept.returns).await;
         self.store().housekeeping();
     }
 
@@ -403,6 +421,7 @@ async fn next_pushed(rx: &mut Option<broadcast::Receiver<PushedReset>>) -> Pushe
 }
 
 mod denied;
+mod holding;
 mod shares;
 pub use shares::Payee;
 

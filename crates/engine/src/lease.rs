@@ -233,7 +233,11 @@ impl Leaser {
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
         // What the lease keeps if the store shows the key is not far from its limit after all.
         let mut keep = want;
-        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() {
+        // Not for a concurrency limit: slots taken ahead of demand would sit free here while
+        // another sidecar's request is refused.
+        let concurrency = bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency;
+        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() && !concurrency
+        {
             want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
         }
         if bucket.rate.algorithm.is_window() {
@@ -331,8 +335,17 @@ impl Leaser {
             state.rare_mut().owed -= repaid;
         }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
+        // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
+        // it has (emptied at each grant, as a rate's is, it would refuse everything while the
+        // store is down).
+        let local = state.local;
         state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
-        state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0;
+        if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
+            state.local = local;
+        }
+        // Free slots go back after `lease_ttl` (never kept as a cold lease): others may wait.
+        state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0
+            && bucket.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
         state.queued = false;
         if grant.granted < ask.least {
             // Starved: global demand is above the limit (we got less than `least`, the lease the

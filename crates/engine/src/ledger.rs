@@ -16,7 +16,7 @@
 //!   ([`Denial::CostAboveBurst`]) without touching the bucket or asking the store; any cost up to
 //!   the burst passes once the bucket has refilled.
 
-use sluice_core::bucket::Rate;
+use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::{Fallback, Mode};
 use smallvec::SmallVec;
 
@@ -78,12 +78,23 @@ impl Terms {
                 instances,
             } => {
                 let n = instances.max(1);
+                // A concurrency limit's share is slots, never refilled (they come back as
+                // requests end).
+                let concurrency = self.rate.algorithm == Algorithm::Concurrency;
                 let share = Rate {
-                    requests_per_unit: (self.rate.requests_per_unit / n).max(1),
+                    requests_per_unit: if concurrency {
+                        0
+                    } else {
+                        (self.rate.requests_per_unit / n).max(1)
+                    },
                     unit: self.rate.unit,
                     unit_multiplier: self.rate.unit_multiplier,
                     burst: (self.rate.burst / n).max(1),
-                    algorithm: sluice_core::bucket::Algorithm::TokenBucket,
+                    algorithm: if concurrency {
+                        Algorithm::Concurrency
+                    } else {
+                        Algorithm::TokenBucket
+                    },
                 };
                 (Mode::Local, share)
             }
@@ -121,7 +132,10 @@ impl Terms {
     /// Whether a leased rule is paid from the fallback's local bucket: what it spends is owed to
     /// the global bucket.
     fn owes_store(&self) -> bool {
+        // A concurrency limit's fallback slots go back to the local bucket when their requests
+        // end; the store is owed nothing.
         self.mode != Mode::Local
+            && self.rate.algorithm != Algorithm::Concurrency
             && matches!(
                 self.store,
                 StoreStatus::Down {
@@ -161,7 +175,7 @@ impl Terms {
     }
 
     /// Whether the store-down fallback decides without looking at any bucket.
-    fn forced(&self) -> bool {
+    pub(crate) fn forced(&self) -> bool {
         matches!(
             self.store,
             StoreStatus::Down {

@@ -26,6 +26,7 @@
 pub mod assignment;
 pub mod bucket;
 mod debt;
+pub mod holds;
 pub mod decision;
 pub mod engine;
 pub mod key;

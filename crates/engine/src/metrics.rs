@@ -3,7 +3,7 @@
 use crate::store::StoreError;
 use prometheus::{
     Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, Opts, Registry,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// Engine metrics, registered into an explicitly passed registry.
@@ -28,6 +28,15 @@ pub struct EngineMetrics {
     /// this instance's table, or the embedded store) and no room could be made: their requests
     /// were denied as `no_room_for_key`.
     pub keys_refused: IntCounter,
+    /// `sluice_holds_in_flight{rule}`: slots of concurrency limits held on this instance by
+    /// requests in flight, per rule (as of the last sweep, at most a second old).
+    pub holds_in_flight: IntGaugeVec,
+    /// `sluice_holds_expired_total{rule}`: holds given back by their hold timeout, never
+    /// released (the stream-done call lost: Envoy restarted, the request's sidecar changed).
+    pub holds_expired: IntCounterVec,
+    /// `sluice_hold_releases_total{outcome}`: releases that gave a hold back (`released`) or
+    /// found none (`unknown`: released already, expired, never taken, or another key's).
+    pub hold_releases: IntCounterVec,
     /// When a refusal was last logged (µs): at most one line a second.
     refusal_log: std::sync::Arc<sluice_core::Throttle>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
@@ -152,7 +161,31 @@ impl EngineMetrics {
                 "sluice_keys_refused_total",
                 "New keys not tracked (and denied) because max_keys was reached and no tracked key was at rest",
             )?,
+            holds_in_flight: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_holds_in_flight",
+                    "Concurrency slots held on this instance by requests in flight, per rule",
+                ),
+                &["rule"],
+            )?,
+            holds_expired: IntCounterVec::new(
+                Opts::new(
+                    "sluice_holds_expired_total",
+                    "Holds given back by their rule's hold_timeout, never released",
+                ),
+                &["rule"],
+            )?,
+            hold_releases: IntCounterVec::new(
+                Opts::new(
+                    "sluice_hold_releases_total",
+                    "Releases of holds: released, or unknown (nothing held under that token)",
+                ),
+                &["outcome"],
+            )?,
         };
+        registry.register(Box::new(m.holds_in_flight.clone()))?;
+        registry.register(Box::new(m.holds_expired.clone()))?;
+        registry.register(Box::new(m.hold_releases.clone()))?;
         registry.register(Box::new(m.tracked_keys.clone()))?;
         registry.register(Box::new(m.store_calls.clone()))?;
         registry.register(Box::new(m.store_latency.clone()))?;

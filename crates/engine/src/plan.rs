@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
+use sluice_core::bucket::Algorithm;
+use sluice_core::descriptor::Hold;
 use sluice_core::rules::Payment;
 use sluice_core::{Descriptor, Entry, RuleSet};
 use smallvec::SmallVec;
@@ -46,6 +48,23 @@ fn reported_only<'r, 'd>(
     limits
 }
 
+/// The keys of the concurrency limits descriptor `d` matches in `domain`, as (table identity,
+/// entries): where its release looks for the hold.
+pub(crate) fn hold_keys<'d>(
+    rules: &RuleSet,
+    domain: &str,
+    d: &'d Descriptor,
+) -> SmallVec<[(u64, Cow<'d, [Entry]>); 1]> {
+    match matched(rules, domain, d) {
+        Found::Limits(limits) => limits
+            .into_iter()
+            .filter(|m| m.info.rate.algorithm == Algorithm::Concurrency)
+            .map(|m| (m.identity, m.key))
+            .collect(),
+        Found::Unlimited | Found::Nothing => SmallVec::new(),
+    }
+}
+
 /// One distinct bucket of a request and what the request asks of it (`'d`: the request's
 /// descriptors, whose entries key it).
 #[derive(Debug)]
@@ -73,6 +92,9 @@ pub(crate) struct Charge<'d> {
     store_key: OnceLock<String>,
     /// The store's state for this bucket, updated by the lease calls.
     pub(crate) store: StoreStatus,
+    /// A concurrency limit a descriptor acquires a hold on: a request it admits holds its
+    /// slots (`crate::holds`) until released.
+    pub(crate) acquire: bool,
 }
 
 impl Charge<'_> {
@@ -160,6 +182,12 @@ impl<'d> Plan<'d> {
             .collect();
         for (index, (d, limits)) in req.descriptors.iter().zip(matched).enumerate() {
             plan.by_descriptor.push(None);
+            // A release charges nothing (the engine gives the hold back before planning): its
+            // descriptor, once its `sluice-hold` entry is off, may match a rate limit too, which
+            // the request-time descriptor already paid.
+            if matches!(d.hold, Hold::Release(_)) {
+                continue;
+            }
             let applies = |m: &Matched<'_, '_>| {
                 let r = replaced.as_ref();
                 !m.name.is_some_and(|n| r.is_some_and(|r| r.contains(n)))
@@ -191,7 +219,12 @@ impl<'d> Plan<'d> {
         // the request's) is usage reported after it, and no count is a check (a peek).
         // Envoy's request-time entry sends an explicit 0, its stream-done entry the usage;
         // ext_authz sends no count at all.
+        let concurrency = m.info.rate.algorithm == Algorithm::Concurrency;
+        let acquire = concurrency && d.hold == Hold::Acquire;
         let (hits, reported) = match (m.info.payment, d.hits_addend) {
+            // A concurrency limit only asked whether one more fits (no `sluice-hold: acquire`)
+            // is a check: nothing taken, so nothing to give back.
+            _ if concurrency && !acquire => (Some(0), 0),
             (Payment::PostPaid { .. }, n) => match n.unwrap_or(req.hits_addend) {
                 0 => (Some(0), 0),
                 n => (None, n),
@@ -210,6 +243,7 @@ impl<'d> Plan<'d> {
                 c.hits = c.hits.saturating_add(hits.unwrap_or(0));
                 c.checked |= hits.is_some();
                 c.reported = c.reported.saturating_add(reported);
+                c.acquire |= acquire;
                 at
             }
             None => {
@@ -227,6 +261,7 @@ impl<'d> Plan<'d> {
                     entries: m.key,
                     store_key: OnceLock::new(),
                     store,
+                    acquire,
                 });
                 self.charges.len() - 1
             }
@@ -252,6 +287,19 @@ impl<'d> Plan<'d> {
         }
         for (_, at) in &mut self.more {
             *at = new_place[*at];
+        }
+    }
+
+    /// Whether the request acquires a hold on some concurrency limit.
+    pub(crate) fn acquires(&self) -> bool {
+        self.charges.iter().any(|c| c.acquire)
+    }
+
+    /// Refuses every hold the request would take (no room for one more:
+    /// `engine.max_holds`): its concurrency limits deny it as `no_room_for_key`.
+    pub(crate) fn refuse_acquires(&mut self) {
+        for c in self.charges.iter_mut().filter(|c| c.acquire) {
+            c.store = StoreStatus::NoRoom;
         }
     }
 

@@ -161,6 +161,23 @@ pub trait GlobalStore: Send + Sync + 'static {
         window: u64,
     ) -> StoreFuture<'a, ()>;
 
+    /// A concurrency limit ([`Algorithm::Concurrency`](sluice_core::bucket::Algorithm)): gives
+    /// back `slots` of those this instance holds at `key`, or with `all` every one it holds
+    /// there (it has nothing in flight on the key: a grant whose answer was lost is freed too).
+    /// A store shared by instances counts each one's slots, and lets a holder give back only
+    /// what it holds; an instance that stops calling loses its slots a hold timeout (the rate's
+    /// period) after its last call. By default [`release`](Self::release) (one instance).
+    fn release_slots<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        slots: u64,
+        all: bool,
+    ) -> StoreFuture<'a, ()> {
+        let _ = all;
+        self.release(key, rate, slots, 0)
+    }
+
     /// Closes window `window` of the fixed-window bucket at `key` (no token left in it) if it is
     /// still the current window; does nothing otherwise, nor to an absent bucket. A fixed
     /// window counting denials calls it when it denies (`count_denied`). By default a no-op.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
-use sluice_core::bucket::Rate;
+use sluice_core::bucket::{Algorithm, Rate};
 
 use crate::bucket::LeaseBucket;
 use crate::decision::LimitInfo;
@@ -38,20 +38,62 @@ pub(crate) struct Return {
     pub(crate) tokens: u64,
     /// The window they were leased from (windows only; the store drops them if it is over).
     pub(crate) window: u64,
+    /// Concurrency limits: the key holds nothing more here (no hold in flight), so the store
+    /// frees whatever it still counts as this instance's ([`GlobalStore::release_slots`]).
+    ///
+    /// [`GlobalStore::release_slots`]: crate::store::GlobalStore::release_slots
+    pub(crate) all: bool,
+    /// Concurrency limits: the bucket, whose lease lives a hold timeout longer once the store
+    /// has the call (every call moves this instance's lapse on). Also a return of 0 slots:
+    /// a renewal of slots held by requests in flight.
+    pub(crate) renews: Option<Arc<LeaseBucket>>,
+    /// When it was made (engine clock): a renewal counts from then.
+    pub(crate) at: u64,
 }
 
 impl Return {
     /// Takes the bucket's whole lease (the caller holds its lock), if it holds any that has
     /// not lapsed with its window.
-    fn take(bucket: &LeaseBucket, state: &mut LeaseState, now: u64) -> Option<Self> {
+    fn take(bucket: &Arc<LeaseBucket>, state: &mut LeaseState, now: u64) -> Option<Self> {
         state.expire(now);
-        (state.lease > 0).then(|| Return {
-            store_key: key::store_key_of(bucket.identity, &bucket.key),
-            rate: bucket.rate,
-            tokens: std::mem::take(&mut state.lease),
-            window: state.rare().lease_window,
+        (state.lease > 0).then(|| {
+            let tokens = std::mem::take(&mut state.lease);
+            Self::of(bucket, state, tokens, now)
         })
     }
+
+    fn of(bucket: &Arc<LeaseBucket>, state: &LeaseState, tokens: u64, now: u64) -> Self {
+        let concurrency = bucket.rate.algorithm == Algorithm::Concurrency;
+        Return {
+            store_key: key::store_key_of(bucket.identity, &bucket.key),
+            rate: bucket.rate,
+            tokens,
+            window: state.rare().lease_window,
+            all: concurrency && state.rare().holds.is_empty(),
+            renews: concurrency.then(|| Arc::clone(bucket)),
+            at: now,
+        }
+    }
+
+    /// A concurrency key's renewal, if it is due: slots of requests in flight that came from
+    /// the lease are still counted in the store, and the lease lapses a hold timeout after the
+    /// last store call; renewed once half of that has passed.
+    fn renewal(bucket: &Arc<LeaseBucket>, state: &LeaseState, now: u64) -> Option<Self> {
+        let until = state.rare().lease_until;
+        let half = bucket.rate.period_micros() / 2;
+        let due = until != u64::MAX && now < until && until - now < half;
+        (due && crate::holds::leased_slots(state) > 0).then(|| Self::of(bucket, state, 0, now))
+    }
+}
+
+/// What a sweep found: tokens to hand back (and renewals), holds that lapsed, and the holds in
+/// flight, by the identity of the rule (or override) they are on.
+#[derive(Debug, Default)]
+pub(crate) struct Swept {
+    pub(crate) returns: Vec<Return>,
+    pub(crate) expired: std::collections::HashMap<u64, u64>,
+    pub(crate) in_flight: std::collections::HashMap<u64, u64>,
+    pub(crate) holds: u64,
 }
 
 /// A tracked bucket, as the table holds it: found, hashed and compared by its key bytes (the
@@ -291,6 +333,10 @@ impl BucketTable {
                 return true;
             }
             let mut state = bucket.lock();
+            // Holds are given back to their key: never dropped to make room.
+            if !state.rare().holds.is_empty() {
+                return true;
+            }
             if bucket.mode == sluice_core::config::Mode::Local
                 && !state.at_rest(bucket.mode, &bucket.rate, now)
             {
@@ -324,13 +370,28 @@ impl BucketTable {
         now: u64,
         idle: u64,
         (ttl, cold_ttl, starved_ttl): (u64, u64, u64),
-    ) -> Vec<Return> {
-        let mut returns = Vec::new();
+    ) -> Swept {
+        let mut swept = Swept::default();
+        let returns = &mut swept.returns;
         let mut removed = Removed::default();
         let before = self.map.len();
         self.map.retain(|Held(bucket), ()| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             let mut state = bucket.lock();
+            if bucket.rate.algorithm == Algorithm::Concurrency {
+                let expired = crate::holds::expire(&mut state, &bucket.rate, now);
+                if expired > 0 {
+                    *swept.expired.entry(bucket.identity).or_default() += expired;
+                }
+                let holds = &state.rare().holds;
+                if !holds.is_empty() {
+                    swept.holds += holds.len() as u64;
+                    let slots = holds.iter().map(|h| h.slots).fold(0, u64::saturating_add);
+                    let n = swept.in_flight.entry(bucket.identity).or_default();
+                    *n = n.saturating_add(slots);
+                }
+                returns.extend(Return::renewal(bucket, &state, now));
+            }
             // A cold lease (the key far from its limit when it was granted) is kept longer: its
             // tokens are wanted by nobody else, and spending them later saves lease calls.
             let held = now.saturating_sub(state.leased_at);
@@ -344,7 +405,12 @@ impl BucketTable {
                 held > ttl
             };
             if (is_idle || lapsed) && state.lease > 0 {
-                returns.extend(Return::take(bucket, &mut state, now));
+                // All of a concurrency key's slots only once it is idle: a busy key may have a
+                // lease call on its way, whose grant must stay counted.
+                returns.extend(Return::take(bucket, &mut state, now).map(|mut r| {
+                    r.all &= is_idle;
+                    r
+                }));
                 // The global reading is stale once tokens went back; read it again on use.
                 state.global_known = false;
             }
@@ -361,7 +427,7 @@ impl BucketTable {
             .with_label_values(&["idle"])
             .inc_by(evicted as u64);
         self.metrics.tracked_keys.set(self.map.len() as i64);
-        returns
+        swept
     }
 
     /// Takes every lease this instance holds at `now` (at shutdown).
@@ -370,7 +436,20 @@ impl BucketTable {
             .iter()
             .filter_map(|entry| {
                 let bucket = &entry.key().0;
-                Return::take(bucket, &mut bucket.lock(), now)
+                let mut state = bucket.lock();
+                // A concurrency key gives back every slot this instance holds, its requests'
+                // in flight too: their releases will find no one, and the store would keep
+                // the slots from the others for a hold timeout.
+                if bucket.rate.algorithm == Algorithm::Concurrency
+                    && !state.rare().holds.is_empty()
+                {
+                    state.expire(now);
+                    let lease = std::mem::take(&mut state.lease);
+                    let mut all = Return::of(bucket, &state, lease, now);
+                    all.all = true;
+                    return Some(all);
+                }
+                Return::take(bucket, &mut state, now)
             })
             .collect()
     }

@@ -220,6 +220,7 @@ impl World {
             // Unused here: the in-process store never queues starved callers (the fleet model,
             // `engine/src/engine/tests/fleet.rs`, covers turns on a remote store).
             starved_calls_per_sec: 10,
+            max_holds: 1_000_000,
         };
         let engines = (0..2)
             .map(|_| {

@@ -7,7 +7,8 @@
 -- ARGV[2]  period in microseconds (T: the unit times unit_multiplier)
 -- ARGV[3]  burst (B; L for windows)
 -- ARGV[4]  now in microseconds; empty: use Redis TIME (one clock for every sidecar). Tests pass it.
--- ARGV[5]  algorithm: 0 token bucket, 1 fixed window, 2 sliding window
+-- ARGV[5]  algorithm: 0 token bucket, 1 fixed window, 2 sliding window, 3 concurrency (slots:
+--          L = 0, T = the hold timeout; see `holders` below)
 -- ARGV[6…] the script's own arguments (see each script)
 --
 -- Leaves `tokens` brought up to `now` and `ts` the later of the stored time and `now`:
@@ -57,7 +58,7 @@ local function window_of(t)
   return w, into
 end
 
-if algorithm == 0 then
+if algorithm == 0 or algorithm == 3 then
   local elapsed = now - ts
   if elapsed < 0 then elapsed = 0 end
   tokens = math.min(tokens + elapsed * rpu / unit, burst)
@@ -89,6 +90,8 @@ end
 -- ({0, -1} for a token bucket, whose tokens never lapse).
 local function window_answer()
   if algorithm == 0 then return 0, -1 end
+  -- Concurrency: a holder's slots lapse a hold timeout after its last call (`holders`).
+  if algorithm == 3 then return 0, unit end
   local w, into = window_of(ts)
   return w, unit - into
 end
@@ -102,7 +105,11 @@ end
 -- is not rolled back on an error).
 local function save()
   local ttl_ms
-  if algorithm == 0 then
+  if algorithm == 3 then
+    -- Every holder's slots lapse within a hold timeout of its last call, so once none has
+    -- called for that long the key holds nothing: absent (all slots free) is then the truth.
+    ttl_ms = math.ceil(unit / 1000) + 1000
+  elseif algorithm == 0 then
     if rpu > 0 then
       ttl_ms = math.ceil((burst - tokens) * unit / rpu / 1000) + 1000
     end
@@ -128,4 +135,61 @@ local function save()
   else
     redis.call('PERSIST', KEYS[1])
   end
+end
+
+-- Concurrency (algorithm 3): who holds the slots taken from `tokens` (the free slots). Each
+-- holder (a sluice instance, by a numeric id) has its count in field 'h'..id and when it lapses
+-- (µs) in 'e'..id; 'x' is a time no lapse comes before. A holder's every call moves its lapse a
+-- hold timeout (T) on; a holder that stops calling (killed, cut off from Redis) loses its slots
+-- to the free ones at its lapse, which `reclaim` (run before any read of `tokens`) does. Free
+-- plus held is the limit: a holder can give back only what it holds.
+local function reclaim()
+  local x = tonumber(redis.call('HGET', KEYS[1], 'x'))
+  if x == nil or now < x then return end
+  local fields = redis.call('HGETALL', KEYS[1])
+  local next_x = nil
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if string.sub(f, 1, 1) == 'e' then
+      local lapse = tonumber(fields[i + 1])
+      local id = string.sub(f, 2)
+      if lapse <= now then
+        local held = tonumber(redis.call('HGET', KEYS[1], 'h' .. id)) or 0
+        tokens = math.min(tokens + held, burst)
+        redis.call('HDEL', KEYS[1], 'h' .. id, 'e' .. id)
+      elseif next_x == nil or lapse < next_x then
+        next_x = lapse
+      end
+    end
+  end
+  if next_x then
+    redis.call('HSET', KEYS[1], 'x', string.format('%d', next_x))
+  else
+    redis.call('HDEL', KEYS[1], 'x')
+  end
+end
+
+-- Adds `delta` (negative: gives back, at most what it holds) to holder `id`'s slots and moves
+-- its lapse a hold timeout on; returns the change made. Run after `save` (the hash exists).
+local function hold(id, delta)
+  local held = tonumber(redis.call('HGET', KEYS[1], 'h' .. id)) or 0
+  if delta < -held then delta = -held end
+  held = held + delta
+  if held > 0 then
+    local lapse = now + unit
+    redis.call('HSET', KEYS[1], 'h' .. id, string.format('%d', held), 'e' .. id,
+      string.format('%d', lapse))
+    local x = tonumber(redis.call('HGET', KEYS[1], 'x'))
+    if x == nil or lapse < x then
+      redis.call('HSET', KEYS[1], 'x', string.format('%d', lapse))
+    end
+  else
+    redis.call('HDEL', KEYS[1], 'h' .. id, 'e' .. id)
+  end
+  return delta
+end
+
+-- What holder `id` holds (0: nothing).
+local function held_by(id)
+  return tonumber(redis.call('HGET', KEYS[1], 'h' .. id)) or 0
 end

@@ -17,6 +17,10 @@
 --          down; window and ends_in (µs) name the window the tokens belong to and when it ends
 --          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none). The
 --          arithmetic is BucketState::take_keeping_half's.
+-- ARGV[10] concurrency (algorithm 3): the caller's holder id. The grant is added to what it
+--          holds, and every call (a grant of 0 too) moves its lapse on (bucket.lua's `holders`);
+--          ends_in is the hold timeout: the caller's slots lapse then unless it calls again.
+if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
 if ARGV[7] ~= nil and ARGV[7] ~= '' then least = tonumber(ARGV[7]) end
@@ -35,6 +39,7 @@ if least < above_half then least = above_half end
 if granted > least then granted = least end
 tokens = tokens - granted
 save()
+if algorithm == 3 then hold(ARGV[10], granted) end
 -- After save(): the queue lives in the bucket's hash and goes with it when it expires (a full
 -- bucket starves nobody).
 local turn_in = -1

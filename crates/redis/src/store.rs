@@ -62,6 +62,9 @@ pub struct RedisStore {
     settings: RedisSettings,
     cluster: bool,
     instance_id: String,
+    /// This instance as a holder of concurrency slots (`bucket.lua`'s `holders`): a number from
+    /// `instance_id`, so a restarted process is a new holder and the old one's slots lapse.
+    holder: u64,
     live: AtomicU64,
     metrics: RedisMetrics,
     /// Errors of one key are logged at most once a second (µs since `started`).
@@ -127,6 +130,7 @@ impl RedisStore {
             breaker,
             settings,
             cluster,
+            holder: sluice_core::hash::fnv1a_of(id.as_bytes()),
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,

@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
+use sluice_core::bucket::Algorithm;
+use sluice_core::descriptor::{HOLD_HEADER, format_token};
 use sluice_engine::{Code, Decision, DescriptorOutcome};
+use sluice_proto::envoy::core::HeaderValue;
 use sluice_proto::envoy::ratelimit::rate_limit_response::{self, DescriptorStatus};
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitService;
 use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
@@ -80,6 +83,17 @@ pub fn to_response(decision: &Decision) -> RateLimitResponse {
             .iter()
             .map(|o| status(decision, o))
             .collect(),
+        // The hold's token goes upstream with the request, where the stream-done descriptor's
+        // `request_headers` action reads it back to release the hold (docs/concurrency.md).
+        request_headers_to_add: decision
+            .hold
+            .map(|token| HeaderValue {
+                key: HOLD_HEADER.to_string(),
+                value: format_token(token),
+                ..HeaderValue::default()
+            })
+            .into_iter()
+            .collect(),
         ..RateLimitResponse::default()
     }
 }
@@ -132,6 +146,15 @@ pub fn current_limit(
     name: String,
     rate: &sluice_core::bucket::Rate,
 ) -> rate_limit_response::RateLimit {
+    // A concurrency limit is N at once, not per period: Envoy's message has no such unit, so
+    // its limit is N with an unknown unit (`x-ratelimit-limit: N`, remaining the free slots).
+    if rate.algorithm == Algorithm::Concurrency {
+        return rate_limit_response::RateLimit {
+            name,
+            requests_per_unit: u32::try_from(rate.burst).unwrap_or(u32::MAX),
+            unit: rate_limit_response::rate_limit::Unit::Unknown as i32,
+        };
+    }
     let (requests, unit) = rate_in_envoy_units(rate);
     rate_limit_response::RateLimit {
         name,

@@ -104,7 +104,7 @@ impl Wire for UsageService {
                 Ok(Descriptor {
                     entries,
                     hits_addend: Some(r.tokens),
-                    limit_override: None,
+                    ..Descriptor::default()
                 })
             })
             .collect::<Result<_, Status>>()?;

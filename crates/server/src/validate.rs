@@ -3,7 +3,7 @@
 //! Bad requests get `INVALID_ARGUMENT` with a message saying what is wrong; they never reach the
 //! engine, so a hostile caller cannot make sluice track unbounded keys or values.
 
-use sluice_core::descriptor::LimitOverride;
+use sluice_core::descriptor::{Hold, LimitOverride};
 use sluice_core::{Descriptor, Entry, Unit};
 use sluice_proto::envoy::common_ratelimit::RateLimitDescriptor;
 use tonic::Status;
@@ -72,11 +72,15 @@ pub fn descriptors(descriptors: &[RateLimitDescriptor]) -> Result<Vec<Descriptor
                     })?,
                 }),
             };
-            Ok(Descriptor {
+            let mut descriptor = Descriptor {
                 entries,
                 hits_addend: d.hits_addend.map(|h| h.value),
                 limit_override,
-            })
+                hold: Hold::None,
+            };
+            // A trailing `sluice-hold` entry acquires or releases (docs/concurrency.md).
+            descriptor.take_hold_entry();
+            Ok(descriptor)
         })
         .collect()
 }

@@ -28,7 +28,11 @@ pub(super) fn compile_rule(
         ),
         None => None,
     };
-    let limit = if rl.unlimited {
+    let limit = if let Some(slots) = rl.concurrency {
+        concurrency_limit(rl, slots).map_err(|m| err(line, m))?
+    } else if rl.hold_timeout.is_some() {
+        return Err(err(line, "hold_timeout applies only with concurrency".into()));
+    } else if rl.unlimited {
         if unit.is_some() {
             return Err(err(
                 line,
@@ -166,6 +170,67 @@ pub(super) fn compile_rule(
     })
 }
 
+/// The hold timeout of a concurrency rule that sets none.
+pub const DEFAULT_HOLD_TIMEOUT_SECS: u32 = 300;
+
+/// The longest hold timeout: a day (a slot never given back is lost at most that long).
+pub const MAX_HOLD_TIMEOUT_SECS: u32 = 86_400;
+
+/// The most slots a concurrency rule may have: each held slot is a record in memory until it
+/// is given back, so the bound keeps one key's holds bounded.
+pub const MAX_CONCURRENCY: u32 = 1_000_000;
+
+/// `rate_limit: {concurrency: N, hold_timeout: …}`: at most `N` requests in flight per key. A
+/// limit of `N` slots never refilled ([`Algorithm::Concurrency`](crate::rate::Algorithm)), the
+/// hold timeout as its period (whole seconds, 1 s to a day).
+fn concurrency_limit(rl: &RateLimitConfig, slots: u32) -> Result<Limit, String> {
+    if rl.unit.is_some()
+        || rl.requests_per_unit != 0
+        || rl.unit_multiplier.is_some()
+        || rl.unlimited
+        || rl.algorithm.is_some()
+        || rl.burst.is_some()
+        || rl.count_denied.is_some()
+        || rl.charge.is_some()
+        || rl.max_debt.is_some()
+    {
+        return Err("a concurrency limit takes no unit, requests_per_unit, unit_multiplier, \
+                    unlimited, algorithm, burst, count_denied, charge or max_debt"
+            .into());
+    }
+    if slots == 0 || slots > MAX_CONCURRENCY {
+        return Err(format!(
+            "concurrency must be between 1 and {MAX_CONCURRENCY} (requests in flight at once), not {slots}"
+        ));
+    }
+    let mode = rl.mode.unwrap_or_default();
+    if mode == Mode::Exact {
+        return Err("a concurrency limit is strict (slots leased) or local; not exact".into());
+    }
+    let timeout = rl.hold_timeout.map_or(
+        std::time::Duration::from_secs(u64::from(DEFAULT_HOLD_TIMEOUT_SECS)),
+        |d| d.0,
+    );
+    let secs = timeout.as_secs();
+    if timeout.subsec_nanos() != 0 || secs == 0 || secs > u64::from(MAX_HOLD_TIMEOUT_SECS) {
+        return Err(format!(
+            "hold_timeout must be whole seconds from 1s to 24h, not {timeout:?}"
+        ));
+    }
+    Ok(Limit::Limited {
+        rate: Rate {
+            requests_per_unit: 0,
+            unit: Unit::Second,
+            unit_multiplier: u32::try_from(secs).expect("at most a day"),
+            burst: u64::from(slots),
+            algorithm: crate::rate::Algorithm::Concurrency,
+        },
+        mode,
+        fallback: rl.fallback.unwrap_or_default(),
+        payment: Payment::Prepaid,
+    })
+}
+
 /// A rule's stable identity: part of every store key of its buckets, so it must not change while
 /// the rule does not, across sluice versions (sidecars of two versions share Redis during a
 /// rollout, and a changed identity would split every global bucket).
@@ -195,7 +260,7 @@ pub fn fingerprint(domain: &str, path: &str, limit: &Limit, shadow_mode: bool) -
                 n => format!(", unit_multiplier: {n}"),
             };
             // Likewise the algorithm: a token bucket writes nothing; a window is another limit.
-            if rate.algorithm.is_window() {
+            if rate.algorithm != crate::rate::Algorithm::TokenBucket {
                 multiplier.push_str(", algorithm: ");
                 multiplier.push_str(rate.algorithm.as_str());
             }

@@ -94,6 +94,15 @@ impl RuleSet {
         if key.is_empty() {
             return Err(ConfigError::at(file, line, "descriptor has empty key"));
         }
+        if key == crate::descriptor::HOLD_KEY {
+            return Err(ConfigError::at(
+                file,
+                line,
+                format!(
+                    "descriptor key '{key}' is reserved: it marks a hold's acquire and release (docs/concurrency.md)"
+                ),
+            ));
+        }
         let value = d.value.as_deref().filter(|v| !v.is_empty());
         let step = match value {
             Some(v) => format!("{key}={v}"),

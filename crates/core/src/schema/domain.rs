@@ -103,6 +103,14 @@ pub struct RateLimitConfig {
     /// sluice, with `charge: post_paid`: the most debt a bucket may carry, in tokens (default:
     /// the burst; at most 2^53).
     pub max_debt: Option<u64>,
+    /// sluice, instead of a rate: at most this many requests in flight at once per key, each
+    /// holding a slot from its start (a descriptor ending in `sluice-hold: acquire`) to its end
+    /// (one ending in `sluice-hold: <token>`); 1 to 1 000 000.
+    pub concurrency: Option<u32>,
+    /// sluice, with `concurrency`: a slot never given back comes back after this long (whole
+    /// seconds, 1s to 24h; default 5m). Also how long a sidecar that died holding slots keeps
+    /// them from the others.
+    pub hold_timeout: Option<super::HumanDuration>,
 }
 
 /// An entry of `replaces:`.

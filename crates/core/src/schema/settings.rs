@@ -117,6 +117,11 @@ pub struct EngineConfig {
     /// `1/starved_calls_per_sec`. In [1, 1000000].
     #[serde(deserialize_with = "starved_calls_per_sec")]
     pub starved_calls_per_sec: u32,
+    /// Holds of concurrency limits kept at once across keys (at least 1): a request that would
+    /// take one more is refused as `no_room_for_key`, so holds never released cannot grow
+    /// memory without bound (each lapses at its rule's `hold_timeout`).
+    #[serde(deserialize_with = "max_holds")]
+    pub max_holds: usize,
 }
 
 impl Default for EngineConfig {
@@ -129,6 +134,7 @@ impl Default for EngineConfig {
             lease_ttl: HumanDuration(Duration::from_secs(1)),
             cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
             starved_calls_per_sec: 10,
+            max_holds: 1_000_000,
         }
     }
 }
@@ -154,6 +160,14 @@ impl Default for ResponseSettings {
             legacy_x_ratelimit_headers: false,
             rls_dynamic_metadata: false,
         }
+    }
+}
+
+/// `engine.max_holds`: at least 1.
+fn max_holds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("max_holds must be at least 1")),
+        n => Ok(n),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::bucket::Algorithm;
 use sluice_core::config::Mode;
 
 use super::{Leaser, RETURNS_AT_ONCE};
@@ -110,11 +111,20 @@ impl Leaser {
         futures_util::stream::iter(returns)
             .for_each_concurrent(RETURNS_AT_ONCE, |r| async move {
                 let started = Instant::now();
-                let result = self
-                    .store
-                    .release(&r.store_key, r.rate, r.tokens, r.window)
-                    .await;
+                let concurrency = r.rate.algorithm == Algorithm::Concurrency;
+                let result = if concurrency {
+                    self.store
+                        .release_slots(&r.store_key, r.rate, r.tokens, r.all)
+                        .await
+                } else {
+                    self.store
+                        .release(&r.store_key, r.rate, r.tokens, r.window)
+                        .await
+                };
                 self.observe(StoreOp::Release, started, &result);
+                if let (Ok(()), Some(bucket)) = (&result, &r.renews) {
+                    renewed(bucket, r.at);
+                }
                 match result {
                     Ok(()) => self.metrics.tokens_returned(r.tokens),
                     // Lost tokens only make the limit stricter for a while; never over-admit.
@@ -132,5 +142,17 @@ impl Leaser {
         self.stopping.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+/// A concurrency key's store call, sent at `sent` (engine clock), was answered: the store moved
+/// this instance's lapse a hold timeout on from when it ran, so the lease (if it has not lapsed
+/// already: then the store may have freed its slots) lives until a hold timeout after `sent`.
+fn renewed(bucket: &LeaseBucket, sent: u64) {
+    let mut state = bucket.lock();
+    let until = state.rare().lease_until;
+    if until != u64::MAX && sent < until {
+        let renewed = sent.saturating_add(bucket.rate.period_micros());
+        state.rare_mut().lease_until = until.max(renewed);
     }
 }

@@ -76,6 +76,12 @@ pub struct Rare {
     /// This bucket's last denial (`quota get` shows it). Here, not in every key's state: only
     /// keys that were denied pay for it.
     pub last_denial: Option<crate::decision::LastDenial>,
+    /// Concurrency limits: the holds of requests in flight on this key ([`crate::holds`]).
+    pub holds: Vec<crate::holds::HoldRecord>,
+    /// Concurrency limits: which lease holds taken from the lease came from. It moves on when
+    /// the lease lapses (the store freed this instance's slots), so holds of the lapsed lease
+    /// give nothing back to the new one.
+    pub hold_epoch: u32,
 }
 
 /// Every [`Rare`] field at its default.
@@ -88,7 +94,12 @@ const NO_RARE: Rare = Rare {
     debt_since: 0,
     debt_queued: false,
     last_denial: None,
+    holds: Vec::new(),
+    hold_epoch: 0,
 };
+
+/// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).
+static DEFAULT_RARE: Rare = NO_RARE;
 
 impl Default for Rare {
     fn default() -> Self {
@@ -99,7 +110,7 @@ impl Default for Rare {
 impl LeaseState {
     /// The rarely used part of the state (defaults when never set).
     pub fn rare(&self) -> &Rare {
-        self.rare.as_deref().unwrap_or(&NO_RARE)
+        self.rare.as_deref().unwrap_or(&DEFAULT_RARE)
     }
 
     /// The rarely used part of the state, to change (boxed on first use).
@@ -133,7 +144,10 @@ impl LeaseState {
     pub fn expire(&mut self, now: u64) {
         if now >= self.rare().lease_until {
             self.lease = 0;
-            self.rare_mut().lease_until = u64::MAX;
+            let rare = self.rare_mut();
+            rare.lease_until = u64::MAX;
+            // A concurrency lease lapses with every slot this instance held in the store.
+            rare.hold_epoch = rare.hold_epoch.wrapping_add(1);
         }
     }
 
@@ -234,8 +248,10 @@ impl LeaseState {
     /// refilled to full (an absent key starts full), or evicting it would reset its limit. A
     /// leased key keeps its truth in the global store; its lease goes back when it is evicted.
     pub fn at_rest(&self, mode: Mode, rate: &Rate, now: u64) -> bool {
-        // Usage not yet sent to the store is kept until it is (this instance's checks count it).
+        // Usage not yet sent to the store is kept until it is (this instance's checks count it),
+        // and holds until they are given back (their release finds them here).
         self.rare().debt_pending == 0
+            && self.rare().holds.is_empty()
             && (mode != Mode::Local || self.remaining(mode, rate, now) >= rate.burst as f64)
     }
 

@@ -40,7 +40,7 @@ impl RedisStore {
             key,
             &rate,
             now,
-            &lease_args(&ask),
+            &lease_args(&ask, self.holder),
         ))
         .await
         .map(lease_grant_of)
@@ -80,7 +80,13 @@ impl RedisStore {
         window: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens, window]);
+        let inv = scripts::bucket_call(
+            &RELEASE,
+            key,
+            &rate,
+            now,
+            &[tokens, window, self.holder, 0],
+        );
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -225,9 +231,10 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
     }
 }
 
-/// `lease.lua`'s own arguments (ARGV[6..9]), in its order.
-pub(super) fn lease_args(ask: &LeaseAsk) -> [u64; 4] {
-    [ask.want, ask.least, ask.turn_gap, ask.starved_below]
+/// `lease.lua`'s own arguments (ARGV[6..10]), in its order: the ask, and the caller as a
+/// holder of concurrency slots.
+pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 5] {
+    [ask.want, ask.least, ask.turn_gap, ask.starved_below, holder]
 }
 
 /// `lease.lua`'s answer: a grant, and the caller's turn in the key's queue of starved callers

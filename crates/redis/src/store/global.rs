@@ -21,7 +21,9 @@ impl GlobalStore for RedisStore {
         ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
         Box::pin(async move {
-            let answer = self.batched(&LEASE, key, &rate, &lease_args(&ask)).await;
+            let answer = self
+                .batched(&LEASE, key, &rate, &lease_args(&ask, self.holder))
+                .await;
             answer.map(lease_grant_of)
         })
     }
@@ -44,7 +46,22 @@ impl GlobalStore for RedisStore {
         window: u64,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.batched::<i64>(&RELEASE, key, &rate, &[tokens, window])
+            self.batched::<i64>(&RELEASE, key, &rate, &[tokens, window, self.holder, 0])
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn release_slots<'a>(
+        &'a self,
+        key: &'a str,
+        rate: Rate,
+        slots: u64,
+        all: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let args = [slots, 0, self.holder, u64::from(all)];
+            self.batched::<i64>(&RELEASE, key, &rate, &args)
                 .await
                 .map(|_| ())
         })

@@ -1,0 +1,157 @@
+//! Holds: the slots of a concurrency limit (`rate_limit.concurrency`) a request took when it
+//! started, kept on its key's state until it ends.
+//!
+//! A concurrency limit is a bucket of `N` slots that never refills
+//! ([`Algorithm::Concurrency`]); a request takes a slot through the same plan, lease and ledger
+//! as any token (so it is all or nothing with the request's other limits), and the engine
+//! records a [`HoldRecord`] under the bucket's lock. Giving the hold back (its release, or the
+//! hold timeout) puts the slots back where they came from:
+//! - **the lease** (strict mode, store up), if the lease they came from is still this
+//!   instance's: a lease that lapsed (no store call for a hold timeout: `LeaseState::expire`)
+//!   was freed by the store, so its holds give back nothing (`Rare::hold_epoch`);
+//! - **the local bucket** (`mode: local`, or the `local_share` fallback while the store is
+//!   down);
+//! - **nowhere**: a request passed by the `allow` fallback took nothing.
+//!
+//! Records are bounded: at most `N` slots per key are held (the bucket has no more), and the
+//! engine refuses a hold beyond `engine.max_holds` ([`HoldCount`]).
+//!
+//! [`Algorithm::Concurrency`]: sluice_core::bucket::Algorithm::Concurrency
+//! 
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_core::bucket::Rate;
+
+use crate::ledger::LeaseState;
+
+/// Where a hold's slots came from, so they go back there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The lease of this epoch (`Rare::hold_epoch`).
+    Lease(u32),
+    /// The local bucket (local mode, or the `local_share` fallback).
+    Local,
+    /// Nothing was taken (the `allow` fallback).
+    Nothing,
+}
+
+/// One request's hold on one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldRecord {
+    /// The token the release names (random, never 0).
+    pub token: u64,
+    /// Slots held.
+    pub slots: u64,
+    /// When it was taken (µs, engine clock): it lapses a hold timeout later.
+    pub at: u64,
+    /// Where the slots go back to.
+    pub source: Source,
+}
+
+/// Records a hold on `state` (its lock held).
+pub(crate) fn record(state: &mut LeaseState, hold: HoldRecord) {
+    state.rare_mut().holds.push(hold);
+}
+
+/// Gives back the hold `token` on `state`, if it holds one; returns its slots.
+pub(crate) fn release(state: &mut LeaseState, rate: &Rate, token: u64, now: u64) -> Option<u64> {
+    if token == 0 {
+        return None;
+    }
+    let holds = &mut state.rare_mut().holds;
+    let at = holds.iter().position(|h| h.token == token)?;
+    let hold = holds.swap_remove(at);
+    give_back(state, rate, &hold, now);
+    Some(hold.slots)
+}
+
+/// Gives back every hold on `state` taken a hold timeout (the rate's period) or more before
+/// `now`; returns how many.
+pub(crate) fn expire(state: &mut LeaseState, rate: &Rate, now: u64) -> u64 {
+    let timeout = rate.period_micros();
+    let lapsed = |h: &HoldRecord| now.saturating_sub(h.at) >= timeout;
+    if !state.rare().holds.iter().any(lapsed) {
+        return 0;
+    }
+    let mut expired = Vec::new();
+    state.rare_mut().holds.retain(|h| {
+        let keep = !lapsed(h);
+        if !keep {
+            expired.push(*h);
+        }
+        keep
+    });
+    for hold in &expired {
+        give_back(state, rate, hold, now);
+    }
+    expired.len() as u64
+}
+
+/// Slots this instance holds on `state` in requests in flight, counted in the store (from a
+/// lease still this instance's).
+pub(crate) fn leased_slots(state: &LeaseState) -> u64 {
+    let epoch = state.rare().hold_epoch;
+    state
+        .rare()
+        .holds
+        .iter()
+        .filter(|h| h.source == Source::Lease(epoch))
+        .map(|h| h.slots)
+        .fold(0, u64::saturating_add)
+}
+
+fn give_back(state: &mut LeaseState, rate: &Rate, hold: &HoldRecord, now: u64) {
+    match hold.source {
+        Source::Lease(epoch) if epoch == state.rare().hold_epoch => {
+            state.lease = state.lease.saturating_add(hold.slots);
+        }
+        Source::Lease(_) | Source::Nothing => {}
+        Source::Local => {
+            state.local.refill(rate, now);
+            state.local.tokens = (state.local.tokens + hold.slots as f64).min(rate.burst as f64);
+        }
+    }
+}
+
+/// Holds in memory across keys, bounded by `engine.max_holds`.
+#[derive(Debug)]
+pub(crate) struct HoldCount {
+    held: AtomicU64,
+    max: u64,
+}
+
+impl HoldCount {
+    pub(crate) fn new(max: u64) -> Self {
+        Self {
+            held: AtomicU64::new(0),
+            max,
+        }
+    }
+
+    /// Whether a new hold fits.
+    pub(crate) fn has_room(&self) -> bool {
+        self.held.load(Ordering::Relaxed) < self.max
+    }
+
+    pub(crate) fn add(&self, n: u64) {
+        self.held.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn remove(&self, n: u64) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(h.saturating_sub(n))
+            });
+    }
+
+    /// Sets the count to what a sweep found.
+    pub(crate) fn set(&self, n: u64) {
+        self.held.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+}
