@@ -132,7 +132,14 @@ mod tests {
 
     #[test]
     fn garbage_tokens_release_nothing() {
-        for bad in ["", "0000000000000000", "xyz", "00000000000000ff0", "ACQUIRE", "+00000000000000f"] {
+        for bad in [
+            "",
+            "0000000000000000",
+            "xyz",
+            "00000000000000ff0",
+            "ACQUIRE",
+            "+00000000000000f",
+        ] {
             assert_eq!(Hold::parse(bad), Hold::Release(0), "{bad:?}");
         }
         assert_eq!(parse_token(&format_token(u64::MAX)), Some(u64::MAX));

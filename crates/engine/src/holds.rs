@@ -17,7 +17,7 @@
 //! engine refuses a hold beyond `engine.max_holds` ([`HoldCount`]).
 //!
 //! [`Algorithm::Concurrency`]: sluice_core::bucket::Algorithm::Concurrency
-//! 
+//!
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -236,8 +236,7 @@ impl Leaser {
         // Not for a concurrency limit: slots taken ahead of demand would sit free here while
         // another sidecar's request is refused.
         let concurrency = bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency;
-        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() && !concurrency
-        {
+        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() && !concurrency {
             want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
         }
         if bucket.rate.algorithm.is_window() {

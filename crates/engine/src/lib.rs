@@ -26,9 +26,9 @@
 pub mod assignment;
 pub mod bucket;
 mod debt;
-pub mod holds;
 pub mod decision;
 pub mod engine;
+pub mod holds;
 pub mod key;
 mod lease;
 pub mod ledger;

@@ -440,8 +440,7 @@ impl BucketTable {
                 // A concurrency key gives back every slot this instance holds, its requests'
                 // in flight too: their releases will find no one, and the store would keep
                 // the slots from the others for a hold timeout.
-                if bucket.rate.algorithm == Algorithm::Concurrency
-                    && !state.rare().holds.is_empty()
+                if bucket.rate.algorithm == Algorithm::Concurrency && !state.rare().holds.is_empty()
                 {
                     state.expire(now);
                     let lease = std::mem::take(&mut state.lease);

@@ -31,7 +31,10 @@ pub(super) fn compile_rule(
     let limit = if let Some(slots) = rl.concurrency {
         concurrency_limit(rl, slots).map_err(|m| err(line, m))?
     } else if rl.hold_timeout.is_some() {
-        return Err(err(line, "hold_timeout applies only with concurrency".into()));
+        return Err(err(
+            line,
+            "hold_timeout applies only with concurrency".into(),
+        ));
     } else if rl.unlimited {
         if unit.is_some() {
             return Err(err(
@@ -194,9 +197,11 @@ fn concurrency_limit(rl: &RateLimitConfig, slots: u32) -> Result<Limit, String> 
         || rl.charge.is_some()
         || rl.max_debt.is_some()
     {
-        return Err("a concurrency limit takes no unit, requests_per_unit, unit_multiplier, \
+        return Err(
+            "a concurrency limit takes no unit, requests_per_unit, unit_multiplier, \
                     unlimited, algorithm, burst, count_denied, charge or max_debt"
-            .into());
+                .into(),
+        );
     }
     if slots == 0 || slots > MAX_CONCURRENCY {
         return Err(format!(

@@ -626,6 +626,7 @@ async fn no_decision_waits_longer_than_the_store_timeout() {
 }
 
 mod fleet;
+mod holds;
 mod last_denial;
 mod overrides;
 mod post_paid;

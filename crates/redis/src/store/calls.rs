@@ -80,13 +80,8 @@ impl RedisStore {
         window: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(
-            &RELEASE,
-            key,
-            &rate,
-            now,
-            &[tokens, window, self.holder, 0],
-        );
+        let inv =
+            scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens, window, self.holder, 0]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
