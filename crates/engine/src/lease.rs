@@ -369,11 +369,18 @@ impl Leaser {
             } else {
                 needed.saturating_sub(state.lease).max(1)
             };
+            let horizon = micros(self.settings.lease_horizon);
+            // A concurrency limit never refills: its slots come back when requests end, at no
+            // time a rate can tell, so it asks again after a horizon.
+            let never = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
+                horizon
+            } else {
+                u64::MAX
+            };
             let until = bucket
                 .rate
                 .micros_until_at(grant.remaining, missing as f64, now)
-                .unwrap_or(u64::MAX);
-            let horizon = micros(self.settings.lease_horizon);
+                .unwrap_or(never);
             let wait = if self.store.is_in_process() {
                 until.max(1)
             } else if sliding {

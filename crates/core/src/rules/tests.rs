@@ -373,3 +373,55 @@ fn post_paid_rules_carry_a_bounded_debt() {
         "a misspelt charge"
     );
 }
+
+#[test]
+fn concurrency_rules_are_slots_with_a_hold_timeout_and_bad_ones_say_why() {
+    let limit_of = |rate_limit: &str| {
+        let text = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate_limit}\n");
+        let config = load(&text).expect("loads");
+        let rule = &config.rules.rules()[0];
+        (rule.limit, rule.fingerprint)
+    };
+    let (limit, id) = limit_of("{concurrency: 4}");
+    let Limit::Limited { rate, mode, .. } = limit else {
+        panic!("{limit:?}")
+    };
+    assert_eq!(
+        (rate.requests_per_unit, rate.burst, rate.period_secs(), mode),
+        (0, 4, 300, Mode::Strict),
+        "4 slots, never refilled, a 5-minute hold timeout by default"
+    );
+    assert_eq!(rate.algorithm, crate::rate::Algorithm::Concurrency);
+    let (_, longer) = limit_of("{concurrency: 4, hold_timeout: 10m}");
+    assert_ne!(id, longer, "the hold timeout is part of the identity");
+    // Not the identity of a rate with the same numbers.
+    let (_, rate_id) =
+        limit_of("{unit: second, unit_multiplier: 300, requests_per_unit: 0, burst: 4}");
+    assert_ne!(id, rate_id);
+
+    let rejected = |rate_limit: &str| {
+        load_err(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate_limit}\n"
+        ))
+    };
+    assert!(rejected("{concurrency: 4, unit: second}").contains("takes no unit"));
+    assert!(rejected("{concurrency: 4, requests_per_unit: 5}").contains("takes no"));
+    assert!(rejected("{concurrency: 0}").contains("between 1 and 1000000"));
+    assert!(rejected("{concurrency: 1000001}").contains("between 1 and 1000000"));
+    assert!(rejected("{concurrency: 4, mode: exact}").contains("not exact"));
+    assert!(rejected("{concurrency: 4, hold_timeout: 1500ms}").contains("whole seconds"));
+    assert!(rejected("{concurrency: 4, hold_timeout: 25h}").contains("24h"));
+    assert!(
+        rejected("{unit: second, requests_per_unit: 1, hold_timeout: 5s}")
+            .contains("hold_timeout applies only with concurrency")
+    );
+    assert!(
+        rejected("{unit: second, requests_per_unit: 1, algorithm: concurrency}")
+            .contains("unknown variant"),
+        "not an algorithm spelling"
+    );
+    let reserved = load_err(
+        "domain: d\ndescriptors:\n  - key: sluice-hold\n    rate_limit: {concurrency: 1}\n",
+    );
+    assert!(reserved.contains("'sluice-hold' is reserved"), "{reserved}");
+}
