@@ -196,15 +196,15 @@ impl EngineMetrics {
         Ok(m)
     }
 
-    /// Counts a new key refused for want of room (`where_`: `table` or `store`) at `now` (µs),
-    /// and logs it at most once a second.
+    /// Counts a new key (or hold) refused for want of room (`where_`: `table`, `store` or
+    /// `holds`) at `now` (µs), and logs it at most once a second.
     pub fn key_refused(&self, where_: &'static str, now: u64) {
         self.keys_refused.inc();
         if self.refusal_log.allow(now, 1_000_000) {
             tracing::warn!(
                 r#where = where_,
                 refused_total = self.keys_refused.get(),
-                "max_keys reached and no room could be made: new keys are denied (no_room_for_key)"
+                "no room: engine.max_keys reached (where=table|store) or engine.max_holds (where=holds), and none could be made: new keys or holds are denied (no_room_for_key)"
             );
         }
     }
