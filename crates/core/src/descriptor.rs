@@ -32,6 +32,10 @@ pub struct LimitOverride {
 /// [`Hold`]). Reserved: a rule may not match on it.
 pub const HOLD_KEY: &str = "sluice-hold";
 
+/// The descriptor key of an entry right before `sluice-hold: acquire` that names the request's
+/// estimate for a reservation (`reserve:`), e.g. from the request's maximum tokens. Reserved.
+pub const ESTIMATE_KEY: &str = "sluice-estimate";
+
 /// The request header sluice asks Envoy to add to an admitted request that took a hold: its
 /// token, which the stream-done descriptor sends back (`request_headers` action) to release it.
 pub const HOLD_HEADER: &str = "x-sluice-hold";
@@ -89,6 +93,9 @@ pub struct Descriptor {
     pub limit_override: Option<LimitOverride>,
     /// What it does to holds (its trailing `sluice-hold` entry, taken off `entries`).
     pub hold: Hold,
+    /// An acquire's estimate for reservations (a `sluice-estimate` entry before its
+    /// `sluice-hold: acquire`, taken off `entries`); `None` when absent or not a whole number.
+    pub estimate: Option<u64>,
 }
 
 impl Descriptor {
@@ -99,6 +106,7 @@ impl Descriptor {
             hits_addend: None,
             limit_override: None,
             hold: Hold::None,
+            estimate: None,
         }
     }
 
@@ -107,6 +115,12 @@ impl Descriptor {
         if self.entries.last().is_some_and(|e| e.key == HOLD_KEY) {
             let entry = self.entries.pop().expect("checked above");
             self.hold = Hold::parse(&entry.value);
+            if self.hold == Hold::Acquire
+                && self.entries.last().is_some_and(|e| e.key == ESTIMATE_KEY)
+            {
+                let entry = self.entries.pop().expect("checked above");
+                self.estimate = entry.value.parse().ok();
+            }
         }
     }
 }
@@ -124,6 +138,16 @@ mod tests {
         let mut d = Descriptor::of([("tenant", "a"), (HOLD_KEY, "00000000000000ff")]);
         d.take_hold_entry();
         assert_eq!(d.hold, Hold::Release(255));
+        let mut d = Descriptor::of([("t", "a"), (ESTIMATE_KEY, "4096"), (HOLD_KEY, "acquire")]);
+        d.take_hold_entry();
+        assert_eq!((d.entries.len(), d.estimate), (1, Some(4096)));
+        let mut d = Descriptor::of([("t", "a"), (ESTIMATE_KEY, "-1"), (HOLD_KEY, "acquire")]);
+        d.take_hold_entry();
+        assert_eq!(
+            (d.entries.len(), d.estimate),
+            (1, None),
+            "not a count: the default"
+        );
         // Not last: an entry like any other (no rule may match on it).
         let mut d = Descriptor::of([(HOLD_KEY, "acquire"), ("tenant", "a")]);
         d.take_hold_entry();

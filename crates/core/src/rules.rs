@@ -26,7 +26,7 @@ mod tree;
 
 pub use bucket_id::BucketMatch;
 pub use compile::fingerprint;
-pub use rule::{Limit, MAX_DEBT, Payment, Rule, RuleId};
+pub use rule::{Limit, MAX_DEBT, Payment, Reserve, Rule, RuleId};
 pub use set::{Match, RuleSet, wildcard_match};
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub mod modes;
 pub mod settings;
 
 pub use authz::{ApiKeySource, AuthzConfig, AuthzEntryConfig, MapConfig, Source};
-pub use domain::{DescriptorConfig, DomainFile, RateLimitConfig, ReplacesConfig};
+pub use domain::{DescriptorConfig, DomainFile, RateLimitConfig, ReplacesConfig, ReserveConfig};
 pub use duration::{HumanDuration, MAX_DURATION};
 pub use file::{AdminConfig, ConfigFile, TlsConfig};
 pub use modes::{ChargeMode, Fallback, LimitOverrides, Mode};

@@ -117,18 +117,23 @@ impl Engine {
             };
         }
         // Releases first: the slots they give back may be what this request's acquires take.
-        let released = self.release_holds(&rules, req, now);
+        let (released, settled) = self.release_holds(&rules, req, now);
         let mut evicted = Vec::new();
-        let mut plan = Plan::build(&rules, req, |identity, store_identity, entries, info| {
-            self.table.slot(
-                identity,
-                store_identity,
-                Values::Sent(entries),
-                info,
-                now,
-                &mut evicted,
-            )
-        });
+        let mut plan = Plan::build(
+            &rules,
+            req,
+            &settled,
+            |identity, store_identity, entries, info| {
+                self.table.slot(
+                    identity,
+                    store_identity,
+                    Values::Sent(entries),
+                    info,
+                    now,
+                    &mut evicted,
+                )
+            },
+        );
         for &d in &plan.unlimited {
             outcomes[d].unlimited = true;
         }

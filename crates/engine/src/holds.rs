@@ -1,5 +1,6 @@
-//! Holds: the slots of a concurrency limit (`rate_limit.concurrency`) a request took when it
-//! started, kept on its key's state until it ends.
+//! Holds: the slots of a concurrency limit (`rate_limit.concurrency`), or the tokens of a
+//! reservation (`reserve:` on a post-paid rule), a request took when it started, kept on its
+//! key's state until it ends.
 //!
 //! A concurrency limit is a bucket of `N` slots that never refills
 //! ([`Algorithm::Concurrency`]); a request takes a slot through the same plan, lease and ledger
@@ -21,7 +22,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sluice_core::bucket::Rate;
+use sluice_core::bucket::{Algorithm, Rate};
 
 use crate::ledger::LeaseState;
 
@@ -43,8 +44,8 @@ pub struct HoldRecord {
     pub token: u64,
     /// Slots held.
     pub slots: u64,
-    /// When it was taken (µs, engine clock): it lapses a hold timeout later.
-    pub at: u64,
+    /// When it lapses (µs, engine clock): its rule's hold timeout after it was taken.
+    pub until: u64,
     /// Where the slots go back to.
     pub source: Source,
 }
@@ -54,23 +55,35 @@ pub(crate) fn record(state: &mut LeaseState, hold: HoldRecord) {
     state.rare_mut().holds.push(hold);
 }
 
-/// Gives back the hold `token` on `state`, if it holds one; returns its slots.
-pub(crate) fn release(state: &mut LeaseState, rate: &Rate, token: u64, now: u64) -> Option<u64> {
+/// Gives back the hold `token` on `state`, if it holds one; returns its slots. A concurrency
+/// limit's slots all go back; a reservation gives back what `used` left of it (the caller
+/// charges usage beyond it).
+pub(crate) fn release(
+    state: &mut LeaseState,
+    rate: &Rate,
+    token: u64,
+    used: u64,
+    now: u64,
+) -> Option<u64> {
     if token == 0 {
         return None;
     }
     let holds = &mut state.rare_mut().holds;
     let at = holds.iter().position(|h| h.token == token)?;
-    let hold = holds.swap_remove(at);
+    let mut hold = holds.swap_remove(at);
+    let reserved = hold.slots;
+    if rate.algorithm != Algorithm::Concurrency {
+        hold.slots -= used.min(hold.slots);
+    }
     give_back(state, rate, &hold, now);
-    Some(hold.slots)
+    Some(reserved)
 }
 
-/// Gives back every hold on `state` taken a hold timeout (the rate's period) or more before
-/// `now`; returns how many.
+/// Gives back every hold on `state` that lapsed by `now`; returns how many. A concurrency
+/// limit's slots come back; a reservation never settled stays charged (its usage is unknown:
+/// the estimate is what it paid).
 pub(crate) fn expire(state: &mut LeaseState, rate: &Rate, now: u64) -> u64 {
-    let timeout = rate.period_micros();
-    let lapsed = |h: &HoldRecord| now.saturating_sub(h.at) >= timeout;
+    let lapsed = |h: &HoldRecord| now >= h.until;
     if !state.rare().holds.iter().any(lapsed) {
         return 0;
     }
@@ -82,8 +95,10 @@ pub(crate) fn expire(state: &mut LeaseState, rate: &Rate, now: u64) -> u64 {
         }
         keep
     });
-    for hold in &expired {
-        give_back(state, rate, hold, now);
+    if rate.algorithm == Algorithm::Concurrency {
+        for hold in &expired {
+            give_back(state, rate, hold, now);
+        }
     }
     expired.len() as u64
 }

@@ -37,6 +37,10 @@ pub struct EngineMetrics {
     /// `sluice_hold_releases_total{outcome}`: releases that gave a hold back (`released`) or
     /// found none (`unknown`: released already, expired, never taken, or another key's).
     pub hold_releases: IntCounterVec,
+    /// `sluice_reservation_error_tokens{direction}`: how far a settled reservation's estimate
+    /// was from the usage reported (`over`: estimate above it, refunded; `under`: below it,
+    /// charged beyond the reservation).
+    pub reservation_errors: HistogramVec,
     /// When a refusal was last logged (µs): at most one line a second.
     refusal_log: std::sync::Arc<sluice_core::Throttle>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
@@ -175,6 +179,14 @@ impl EngineMetrics {
                 ),
                 &["rule"],
             )?,
+            reservation_errors: HistogramVec::new(
+                HistogramOpts::new(
+                    "sluice_reservation_error_tokens",
+                    "Settled reservations: |estimate - reported usage|, by direction (over: refunded, under: charged beyond)",
+                )
+                .buckets(prometheus::exponential_buckets(1.0, 4.0, 12)?),
+                &["direction"],
+            )?,
             hold_releases: IntCounterVec::new(
                 Opts::new(
                     "sluice_hold_releases_total",
@@ -183,6 +195,7 @@ impl EngineMetrics {
                 &["outcome"],
             )?,
         };
+        registry.register(Box::new(m.reservation_errors.clone()))?;
         registry.register(Box::new(m.holds_in_flight.clone()))?;
         registry.register(Box::new(m.holds_expired.clone()))?;
         registry.register(Box::new(m.hold_releases.clone()))?;
@@ -248,6 +261,18 @@ impl EngineMetrics {
         if tokens > 0 {
             self.usage[outcome as usize].inc_by(tokens as f64);
         }
+    }
+
+    /// Observes a settled reservation of `reserved` tokens whose request reported `used`.
+    pub fn reservation_error(&self, reserved: u64, used: u64) {
+        let (direction, error) = if reserved >= used {
+            ("over", reserved - used)
+        } else {
+            ("under", used - reserved)
+        };
+        self.reservation_errors
+            .with_label_values(&[direction])
+            .observe(error as f64);
     }
 
     /// Metrics registered into a private registry (tests, benchmarks).

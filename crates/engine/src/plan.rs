@@ -48,8 +48,8 @@ fn reported_only<'r, 'd>(
     limits
 }
 
-/// The keys of the concurrency limits descriptor `d` matches in `domain`, as (table identity,
-/// entries): where its release looks for the hold.
+/// The keys of the concurrency limits and reservations descriptor `d` matches in `domain`, as
+/// (table identity, entries): where its release looks for the hold.
 pub(crate) fn hold_keys<'d>(
     rules: &RuleSet,
     domain: &str,
@@ -58,11 +58,23 @@ pub(crate) fn hold_keys<'d>(
     match matched(rules, domain, d) {
         Found::Limits(limits) => limits
             .into_iter()
-            .filter(|m| m.info.rate.algorithm == Algorithm::Concurrency)
+            .filter(|m| {
+                m.info.rate.algorithm == Algorithm::Concurrency
+                    || m.info.payment.reserve().is_some()
+            })
             .map(|m| (m.identity, m.key))
             .collect(),
         Found::Unlimited | Found::Nothing => SmallVec::new(),
     }
+}
+
+/// A reservation a request's release settled: its descriptor, the limit's table identity, and
+/// the tokens it had reserved (which cover that much of the usage the descriptor reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settled {
+    pub(crate) descriptor: usize,
+    pub(crate) identity: u64,
+    pub(crate) reserved: u64,
 }
 
 /// One distinct bucket of a request and what the request asks of it (`'d`: the request's
@@ -150,13 +162,9 @@ impl<'d> Plan<'d> {
     pub(crate) fn build(
         rules: &RuleSet,
         req: &RateLimitRequest<'d>,
+        settled: &[Settled],
         mut slot: impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> Self {
-        let default_hits = if req.hits_addend == 0 {
-            1
-        } else {
-            req.hits_addend
-        };
         let mut replaced: Option<HashSet<&str>> = None;
         let mut plan = Plan::default();
         let matched: SmallVec<[SmallVec<[Matched<'_, '_>; 1]>; 4]> = req
@@ -182,18 +190,38 @@ impl<'d> Plan<'d> {
             .collect();
         for (index, (d, limits)) in req.descriptors.iter().zip(matched).enumerate() {
             plan.by_descriptor.push(None);
-            // A release charges nothing (the engine gives the hold back before planning): its
-            // descriptor, once its `sluice-hold` entry is off, may match a rate limit too, which
-            // the request-time descriptor already paid.
-            if matches!(d.hold, Hold::Release(_)) {
-                continue;
-            }
             let applies = |m: &Matched<'_, '_>| {
                 let r = replaced.as_ref();
                 !m.name.is_some_and(|n| r.is_some_and(|r| r.contains(n)))
             };
+            // A release charges no prepaid limit and no concurrency limit (the engine gives the
+            // hold back before planning): its entries may match the rate limits its
+            // request-time descriptor already paid. Its count is usage, reported to its post-paid
+            // limits beyond what a reservation it settled covered (never lost: a release that
+            // found no reservation reports it all).
+            if matches!(d.hold, Hold::Release(_)) {
+                let used = d.hits_addend.unwrap_or(req.hits_addend);
+                for m in limits
+                    .into_iter()
+                    .filter(|m| applies(m) && m.info.payment.max_debt().is_some())
+                {
+                    let covered = settled
+                        .iter()
+                        .find(|s| s.descriptor == index && s.identity == m.identity)
+                        .map_or(0, |s| s.reserved);
+                    let report = used.saturating_sub(covered);
+                    if report > 0 {
+                        let at = plan.charge(req, d, m, Some(report), &mut slot);
+                        match &mut plan.by_descriptor[index] {
+                            first @ None => *first = Some(at),
+                            Some(_) => plan.more.push((index, at)),
+                        }
+                    }
+                }
+                continue;
+            }
             for m in limits.into_iter().filter(applies) {
-                let at = plan.charge(req, d, m, default_hits, &mut slot);
+                let at = plan.charge(req, d, m, None, &mut slot);
                 match &mut plan.by_descriptor[index] {
                     first @ None => *first = Some(at),
                     Some(_) => plan.more.push((index, at)),
@@ -212,16 +240,31 @@ impl<'d> Plan<'d> {
         req: &RateLimitRequest<'d>,
         d: &Descriptor,
         m: Matched<'_, 'd>,
-        default_hits: u64,
+        report: Option<u64>,
         slot: &mut impl FnMut(u64, u64, &[Entry], &LimitInfo) -> Slot,
     ) -> usize {
+        let default_hits = if req.hits_addend == 0 {
+            1
+        } else {
+            req.hits_addend
+        };
         // A post-paid rule is never paid before the request: a count (the descriptor's, else
         // the request's) is usage reported after it, and no count is a check (a peek).
         // Envoy's request-time entry sends an explicit 0, its stream-done entry the usage;
         // ext_authz sends no count at all.
         let concurrency = m.info.rate.algorithm == Algorithm::Concurrency;
-        let acquire = concurrency && d.hold == Hold::Acquire;
+        let reserve = m.info.payment.reserve();
+        let acquire = (concurrency || reserve.is_some()) && d.hold == Hold::Acquire;
         let (hits, reported) = match (m.info.payment, d.hits_addend) {
+            // Usage a settle reports beyond its reservation.
+            _ if report.is_some() => (None, report.unwrap_or(0)),
+            // A reservation pays its estimate before the request, as a prepaid cost: the
+            // request's own (`sluice-estimate`, else its count), else the rule's default, at
+            // least 1 and at most the rule's `max`.
+            _ if acquire && let Some(r) = reserve => {
+                let asked = d.estimate.or(d.hits_addend.filter(|&n| n > 0));
+                (Some(asked.unwrap_or(r.default).clamp(1, r.max)), 0)
+            }
             // A concurrency limit only asked whether one more fits (no `sluice-hold: acquire`)
             // is a check: nothing taken, so nothing to give back.
             _ if concurrency && !acquire => (Some(0), 0),

@@ -378,7 +378,8 @@ impl BucketTable {
         self.map.retain(|Held(bucket), ()| {
             let is_idle = now.saturating_sub(bucket.last_used()) > idle;
             let mut state = bucket.lock();
-            if bucket.rate.algorithm == Algorithm::Concurrency {
+            let concurrency = bucket.rate.algorithm == Algorithm::Concurrency;
+            if concurrency || !state.rare().holds.is_empty() {
                 let expired = crate::holds::expire(&mut state, &bucket.rate, now);
                 if expired > 0 {
                     *swept.expired.entry(bucket.identity).or_default() += expired;
@@ -390,7 +391,9 @@ impl BucketTable {
                     let n = swept.in_flight.entry(bucket.identity).or_default();
                     *n = n.saturating_add(slots);
                 }
-                returns.extend(Return::renewal(bucket, &state, now));
+                if concurrency {
+                    returns.extend(Return::renewal(bucket, &state, now));
+                }
             }
             // A cold lease (the key far from its limit when it was granted) is kept longer: its
             // tokens are wanted by nobody else, and spending them later saves lease calls.

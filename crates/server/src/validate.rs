@@ -77,6 +77,7 @@ pub fn descriptors(descriptors: &[RateLimitDescriptor]) -> Result<Vec<Descriptor
                 hits_addend: d.hits_addend.map(|h| h.value),
                 limit_override,
                 hold: Hold::None,
+                estimate: None,
             };
             // A trailing `sluice-hold` entry acquires or releases (docs/concurrency.md).
             descriptor.take_hold_entry();

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use super::rule::{Limit, MAX_DEBT, Payment, Rule, RuleId};
+use super::rule::{Limit, MAX_DEBT, Payment, Reserve, Rule, RuleId};
 use crate::error::ConfigError;
 use crate::hash::{fnv1a, fnv1a_of};
 use crate::rate::{MAX_PERIOD_SECS, Rate};
-use crate::schema::{ChargeMode, Fallback, Mode, RateLimitConfig};
+use crate::schema::{ChargeMode, Fallback, Mode, RateLimitConfig, ReserveConfig};
 use crate::unit::Unit;
 
 pub(super) fn compile_rule(
@@ -30,10 +30,10 @@ pub(super) fn compile_rule(
     };
     let limit = if let Some(slots) = rl.concurrency {
         concurrency_limit(rl, slots).map_err(|m| err(line, m))?
-    } else if rl.hold_timeout.is_some() {
+    } else if rl.hold_timeout.is_some() && rl.reserve.is_none() {
         return Err(err(
             line,
-            "hold_timeout applies only with concurrency".into(),
+            "hold_timeout applies only with concurrency or reserve".into(),
         ));
     } else if rl.unlimited {
         if unit.is_some() {
@@ -50,12 +50,13 @@ pub(super) fn compile_rule(
             || rl.fallback.is_some()
             || rl.charge.is_some()
             || rl.max_debt.is_some()
+            || rl.reserve.is_some()
             || rl.requests_per_unit != 0
         {
             return Err(err(
                 line,
                 "an unlimited rate_limit takes no requests_per_unit, unit_multiplier, \
-                 algorithm, burst, mode, fallback, charge or max_debt"
+                 algorithm, burst, mode, fallback, charge, max_debt or reserve"
                     .into(),
             ));
         }
@@ -97,6 +98,12 @@ pub(super) fn compile_rule(
                 ),
             ));
         }
+        if rl.reserve.is_some() && rl.charge.unwrap_or_default() != ChargeMode::PostPaid {
+            return Err(err(
+                line,
+                "reserve applies only with charge: post_paid".into(),
+            ));
+        }
         let payment = match (rl.charge.unwrap_or_default(), rl.max_debt) {
             (ChargeMode::Prepaid, Some(_)) => {
                 return Err(err(
@@ -113,6 +120,10 @@ pub(super) fn compile_rule(
             }
             (ChargeMode::PostPaid, debt) => Payment::PostPaid {
                 max_debt: debt.unwrap_or(burst),
+                reserve: match &rl.reserve {
+                    Some(r) => Some(reserve(r, rl, burst).map_err(|m| err(line, m))?),
+                    None => None,
+                },
             },
         };
         Limit::Limited {
@@ -173,6 +184,43 @@ pub(super) fn compile_rule(
     })
 }
 
+/// `reserve: {default, max}` with the rule's `hold_timeout`: an estimate between 1 and the
+/// burst (a larger one could never be paid), the default at most the max.
+fn reserve(r: &ReserveConfig, rl: &RateLimitConfig, burst: u64) -> Result<Reserve, String> {
+    let max = r.max.unwrap_or(burst);
+    if max == 0 || max > burst {
+        return Err(format!(
+            "reserve.max must be between 1 and the burst ({burst}), not {max}: a larger estimate could never be paid"
+        ));
+    }
+    if r.default == 0 || r.default > max {
+        return Err(format!(
+            "reserve.default must be between 1 and reserve.max ({max}), not {}",
+            r.default
+        ));
+    }
+    Ok(Reserve {
+        default: r.default,
+        max,
+        hold_micros: hold_timeout(rl)?.saturating_mul(1_000_000),
+    })
+}
+
+/// The rule's `hold_timeout` in whole seconds (default 5 minutes; 1 s to a day).
+fn hold_timeout(rl: &RateLimitConfig) -> Result<u64, String> {
+    let timeout = rl.hold_timeout.map_or(
+        std::time::Duration::from_secs(u64::from(DEFAULT_HOLD_TIMEOUT_SECS)),
+        |d| d.0,
+    );
+    let secs = timeout.as_secs();
+    if timeout.subsec_nanos() != 0 || secs == 0 || secs > u64::from(MAX_HOLD_TIMEOUT_SECS) {
+        return Err(format!(
+            "hold_timeout must be whole seconds from 1s to 24h, not {timeout:?}"
+        ));
+    }
+    Ok(secs)
+}
+
 /// The hold timeout of a concurrency rule that sets none.
 pub const DEFAULT_HOLD_TIMEOUT_SECS: u32 = 300;
 
@@ -196,10 +244,11 @@ fn concurrency_limit(rl: &RateLimitConfig, slots: u32) -> Result<Limit, String> 
         || rl.count_denied.is_some()
         || rl.charge.is_some()
         || rl.max_debt.is_some()
+        || rl.reserve.is_some()
     {
         return Err(
             "a concurrency limit takes no unit, requests_per_unit, unit_multiplier, \
-                    unlimited, algorithm, burst, count_denied, charge or max_debt"
+                    unlimited, algorithm, burst, count_denied, charge, max_debt or reserve"
                 .into(),
         );
     }
@@ -212,16 +261,7 @@ fn concurrency_limit(rl: &RateLimitConfig, slots: u32) -> Result<Limit, String> 
     if mode == Mode::Exact {
         return Err("a concurrency limit is strict (slots leased) or local; not exact".into());
     }
-    let timeout = rl.hold_timeout.map_or(
-        std::time::Duration::from_secs(u64::from(DEFAULT_HOLD_TIMEOUT_SECS)),
-        |d| d.0,
-    );
-    let secs = timeout.as_secs();
-    if timeout.subsec_nanos() != 0 || secs == 0 || secs > u64::from(MAX_HOLD_TIMEOUT_SECS) {
-        return Err(format!(
-            "hold_timeout must be whole seconds from 1s to 24h, not {timeout:?}"
-        ));
-    }
+    let secs = hold_timeout(rl)?;
     Ok(Limit::Limited {
         rate: Rate {
             requests_per_unit: 0,

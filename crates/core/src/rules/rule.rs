@@ -39,7 +39,22 @@ pub enum Payment {
     PostPaid {
         /// The most debt a bucket may carry.
         max_debt: u64,
+        /// Reservations (`reserve:`): an estimate paid when a request starts, settled against
+        /// the usage reported when it ends.
+        reserve: Option<Reserve>,
     },
+}
+
+/// `reserve:` of a post-paid rule: what a request acquiring a hold (`sluice-hold: acquire`)
+/// reserves, and how long an unsettled reservation is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reserve {
+    /// The estimate of a request that names none (`sluice-estimate`, or its count).
+    pub default: u64,
+    /// The most one request reserves: a larger estimate is cut to it (at most the burst).
+    pub max: u64,
+    /// A reservation never settled is dropped after this (µs), and stays charged.
+    pub hold_micros: u64,
 }
 
 impl Payment {
@@ -51,10 +66,18 @@ impl Payment {
         }
     }
 
+    /// A post-paid rule's reservations, if it has them.
+    pub const fn reserve(self) -> Option<Reserve> {
+        match self {
+            Payment::PostPaid { reserve, .. } => reserve,
+            Payment::Prepaid => None,
+        }
+    }
+
     /// The debt bound of a post-paid rule; `None` for a prepaid one.
     pub const fn max_debt(self) -> Option<u64> {
         match self {
-            Payment::PostPaid { max_debt } => Some(max_debt),
+            Payment::PostPaid { max_debt, .. } => Some(max_debt),
             Payment::Prepaid => None,
         }
     }

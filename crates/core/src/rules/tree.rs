@@ -94,12 +94,12 @@ impl RuleSet {
         if key.is_empty() {
             return Err(ConfigError::at(file, line, "descriptor has empty key"));
         }
-        if key == crate::descriptor::HOLD_KEY {
+        if key == crate::descriptor::HOLD_KEY || key == crate::descriptor::ESTIMATE_KEY {
             return Err(ConfigError::at(
                 file,
                 line,
                 format!(
-                    "descriptor key '{key}' is reserved: it marks a hold's acquire and release (docs/concurrency.md)"
+                    "descriptor key '{key}' is reserved: it marks holds and their estimates (docs/concurrency.md)"
                 ),
             ));
         }

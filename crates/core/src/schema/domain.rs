@@ -109,8 +109,22 @@ pub struct RateLimitConfig {
     pub concurrency: Option<u32>,
     /// sluice, with `concurrency`: a slot never given back comes back after this long (whole
     /// seconds, 1s to 24h; default 5m). Also how long a sidecar that died holding slots keeps
-    /// them from the others.
+    /// them from the others. With `reserve`: how long an unsettled reservation is kept.
     pub hold_timeout: Option<super::HumanDuration>,
+    /// sluice, with `charge: post_paid`: reservations. A request acquiring a hold reserves an
+    /// estimate (denied if the bucket cannot pay it); its usage, reported when it ends, is
+    /// settled against it (refund, or the excess charged into debt).
+    pub reserve: Option<ReserveConfig>,
+}
+
+/// `reserve:` of a post-paid rate limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveConfig {
+    /// The estimate of a request that names none (at least 1, at most `max`).
+    pub default: u64,
+    /// The most one request reserves (default and at most the burst).
+    pub max: Option<u64>,
 }
 
 /// An entry of `replaces:`.

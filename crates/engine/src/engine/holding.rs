@@ -2,20 +2,24 @@
 //! giving back the ones its releases name, and counting them.
 
 use sluice_core::RuleSet;
+use sluice_core::bucket::Algorithm;
 use sluice_core::config::Mode;
 use sluice_core::descriptor::Hold;
+use smallvec::SmallVec;
 
 use super::Engine;
 use crate::decision::RateLimitRequest;
 use crate::holds::{self, HoldRecord, Source};
 use crate::key::Values;
 use crate::ledger::{LeaseState, Terms, Verdict};
-use crate::plan::{Plan, hold_keys};
+use crate::plan::{Plan, Settled, hold_keys};
 use crate::table::Swept;
 
 impl Engine {
     /// Gives back the holds the request's releases (`sluice-hold: <token>`) name on the keys of
-    /// their descriptors; returns how many were given back. A token that holds nothing on
+    /// their descriptors; returns how many were given back, and the reservations settled (a
+    /// reservation gives back what the descriptor's reported usage left of it; the plan
+    /// reports the usage beyond it). A token that holds nothing on
     /// those keys (released already, lapsed, never taken, or another key's) changes nothing:
     /// a client cannot release a slot it does not hold.
     pub(super) fn release_holds(
@@ -23,29 +27,40 @@ impl Engine {
         rules: &RuleSet,
         req: &RateLimitRequest<'_>,
         now: u64,
-    ) -> u32 {
+    ) -> (u32, SmallVec<[Settled; 1]>) {
         let mut released = 0u32;
-        for d in req.descriptors {
+        let mut settled = SmallVec::new();
+        for (index, d) in req.descriptors.iter().enumerate() {
             let Hold::Release(token) = d.hold else {
                 continue;
             };
+            let used = d.hits_addend.unwrap_or(req.hits_addend);
             let mut found = false;
             for (identity, key) in hold_keys(rules, req.domain, d) {
                 let Some(bucket) = self.table.get(identity, Values::Sent(&key)) else {
                     continue;
                 };
-                let given = holds::release(&mut bucket.lock(), &bucket.rate, token, now);
-                if given.is_some() {
-                    found = true;
-                    released = released.saturating_add(1);
-                    self.holds.remove(1);
+                let given = holds::release(&mut bucket.lock(), &bucket.rate, token, used, now);
+                let Some(reserved) = given else {
+                    continue;
+                };
+                found = true;
+                released = released.saturating_add(1);
+                self.holds.remove(1);
+                if bucket.rate.algorithm != Algorithm::Concurrency {
+                    settled.push(Settled {
+                        descriptor: index,
+                        identity,
+                        reserved,
+                    });
+                    self.leaser.metrics.reservation_error(reserved, used);
                 }
             }
             let outcome = if found { "released" } else { "unknown" };
             let metrics = &self.leaser.metrics;
             metrics.hold_releases.with_label_values(&[outcome]).inc();
         }
-        released
+        (released, settled)
     }
 
     /// Refuses the request's holds: `max_holds` are kept already.
@@ -78,12 +93,18 @@ impl Engine {
             } else {
                 Source::Lease(state.rare().hold_epoch)
             };
+            // A concurrency limit's slots live its period (the hold timeout); a reservation its
+            // rule's `hold_timeout`.
+            let lives = match charge.info.payment.reserve() {
+                Some(r) if charge.info.rate.algorithm != Algorithm::Concurrency => r.hold_micros,
+                _ => charge.info.rate.period_micros(),
+            };
             holds::record(
                 state,
                 HoldRecord {
                     token,
                     slots: charge.hits,
-                    at: now,
+                    until: now.saturating_add(lives),
                     source,
                 },
             );

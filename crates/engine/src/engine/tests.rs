@@ -631,5 +631,6 @@ mod last_denial;
 mod overrides;
 mod post_paid;
 mod pushed;
+mod reservations;
 mod schema;
 mod top;
