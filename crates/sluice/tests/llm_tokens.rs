@@ -93,6 +93,22 @@ fn wait_for_status(pod: &Pod, tenant: &str, model: &str, want: u16) -> Duration 
     }
 }
 
+/// What one budget holds in all: its global bucket plus both pods' leases of it (a reservation
+/// leases tokens, and its refund goes back to the pod's lease until the lease returns), as
+/// `sluice quota get -o json` shows them.
+fn budget_left(pods: &[Pod], entries: &[&str]) -> f64 {
+    let leases: f64 = pods
+        .iter()
+        .map(|p| {
+            let view = common::quota_get_json(&p.sluice.grpc.to_string(), "llm", entries);
+            view["local_lease"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no local_lease in {view}"))
+        })
+        .sum();
+    global_remaining(&pods[0], entries) + leases
+}
+
 /// Global remaining of one budget, as `sluice quota get -o json` shows it on `pod`.
 fn global_remaining(pod: &Pod, entries: &[&str]) -> f64 {
     let view = common::quota_get_json(&pod.sluice.grpc.to_string(), "llm", entries);
@@ -179,7 +195,7 @@ async fn every_budget_a_response_reports_is_charged() {
     // The large-model budget is in debt; the tenant's other budgets still have room.
     assert_eq!(chat(a, "initech", "small", 0, 0), 200);
     let large = global_remaining(b, &["budget=output", "tenant=initech", "model=large"]);
-    let output = global_remaining(b, &["budget=output", "tenant=initech"]);
+    let output = budget_left(&ex.pods, &["budget=output", "tenant=initech"]);
     let input = global_remaining(b, &["budget=input", "tenant=initech"]);
     assert!(
         (-100.0..=-90.0).contains(&large),
@@ -190,4 +206,83 @@ async fn every_budget_a_response_reports_is_charged() {
         "output budget at {output}"
     );
     assert!((800.0..=830.0).contains(&input), "input budget at {input}");
+}
+
+/// With reservations (the output budget reserves the request's `x-max-tokens`): 50 requests of
+/// one tenant at once, over both pods, each asking for 100 output tokens and using 60 to 140,
+/// against a budget of 2 000 a minute. What the admitted ones used never passes the budget (plus
+/// what refilled meanwhile) by more than their estimates were short, and once they are settled
+/// the budget holds exactly what they did not use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_requests_at_once_overrun_the_budget_by_no_more_than_their_estimates_were_short() {
+    let ex = example_stack().await;
+    let started = Instant::now();
+    let requests: Vec<_> = (0..50u64)
+        .map(|i| {
+            let port = ex.pods[(i % 2) as usize].http;
+            let used = 60 + (i * 37) % 81;
+            std::thread::spawn(move || {
+                let used_text = used.to_string();
+                let r = http_get(
+                    port,
+                    "/v1/chat/completions",
+                    &[
+                        ("x-tenant", "hooli"),
+                        ("x-model", "small"),
+                        ("x-max-tokens", "100"),
+                        ("x-demo-input-tokens", "0"),
+                        ("x-demo-output-tokens", &used_text),
+                        ("x-envoy-fault-delay-request", "1000"),
+                    ],
+                );
+                (r.status, used)
+            })
+        })
+        .collect();
+    let results: Vec<(u16, u64)> = requests
+        .into_iter()
+        .map(|h| h.join().expect("request"))
+        .collect();
+    let ran_for = started.elapsed().as_secs_f64();
+    let admitted: Vec<u64> = results
+        .iter()
+        .filter(|(status, _)| *status == 200)
+        .map(|&(_, used)| used)
+        .collect();
+    assert!(
+        results.iter().all(|(s, _)| *s == 200 || *s == 429),
+        "{results:?}"
+    );
+    let refilled = 2_000.0 / 60.0 * ran_for;
+    let used: u64 = admitted.iter().sum();
+    let short: u64 = admitted.iter().map(|u| u.saturating_sub(100)).sum();
+    eprintln!(
+        "{} of 50 admitted in {ran_for:.1} s: used {used}, estimates short by {short}",
+        admitted.len()
+    );
+    assert!(
+        admitted.len() >= 15,
+        "the budget was used: {}",
+        admitted.len()
+    );
+    assert!(
+        (admitted.len() * 100) as f64 <= 2_000.0 + refilled,
+        "never more reserved at once than the budget: {} × 100",
+        admitted.len()
+    );
+    assert!(
+        used as f64 <= 2_000.0 + refilled + short as f64,
+        "used {used} > 2 000 + {refilled:.0} refilled + {short} short"
+    );
+    // Every reservation settled (the stream-done calls follow the responses closely): the
+    // budget, its global bucket and both pods' leases, holds 2 000 less what was used, plus
+    // what refilled, whichever pod served which request.
+    std::thread::sleep(Duration::from_millis(500));
+    let left = budget_left(&ex.pods, &["budget=output", "tenant=hooli"]);
+    let refilled = 2_000.0 / 60.0 * started.elapsed().as_secs_f64();
+    let low = 2_000.0 - used as f64;
+    assert!(
+        left >= low - 1.0 && left <= low + refilled + 1.0,
+        "output budget at {left}, expected {low} plus at most {refilled:.0} refilled"
+    );
 }
