@@ -33,7 +33,7 @@ descriptors:
             "d.yaml:4: invalid rate limit unit 'secnd' (expected second, minute, hour, day, week, month or year)",
             "d.yaml:6: requests_per_unit: \"ten\" is not a whole number from 0 to 4294967295",
             "d.yaml:8: unknown field `brust`, expected one of unit, requests_per_unit, unit_multiplier, \
-             unlimited, name, replaces, algorithm, count_denied, burst, mode, fallback, charge, max_debt, concurrency, hold_timeout",
+             unlimited, name, replaces, algorithm, count_denied, burst, mode, fallback, charge, max_debt, concurrency, hold_timeout, reserve",
         ]
     );
 }

@@ -337,14 +337,26 @@ fn post_paid_rules_carry_a_bounded_debt() {
     let Limit::Limited { payment, .. } = default_debt else {
         panic!("{default_debt:?}")
     };
-    assert_eq!(payment, Payment::PostPaid { max_debt: 1500 });
+    assert_eq!(
+        payment,
+        Payment::PostPaid {
+            max_debt: 1500,
+            reserve: None
+        }
+    );
     let (explicit, _) = limit_of(
         "{unit: minute, requests_per_unit: 1000, charge: post_paid, max_debt: 9007199254740992}",
     );
     let Limit::Limited { payment, .. } = explicit else {
         panic!("{explicit:?}")
     };
-    assert_eq!(payment, Payment::PostPaid { max_debt: MAX_DEBT });
+    assert_eq!(
+        payment,
+        Payment::PostPaid {
+            max_debt: MAX_DEBT,
+            reserve: None
+        }
+    );
     let (_, post_paid_id) = limit_of("{unit: minute, requests_per_unit: 1000, charge: post_paid}");
     assert_eq!(id, post_paid_id, "the charge is not part of the identity");
     assert_ne!(id, same_id, "the burst is");
@@ -424,4 +436,56 @@ fn concurrency_rules_are_slots_with_a_hold_timeout_and_bad_ones_say_why() {
         "domain: d\ndescriptors:\n  - key: sluice-hold\n    rate_limit: {concurrency: 1}\n",
     );
     assert!(reserved.contains("'sluice-hold' is reserved"), "{reserved}");
+}
+
+#[test]
+fn reservations_need_a_post_paid_rule_and_estimates_it_can_pay() {
+    let rejected = |rate_limit: &str| {
+        load_err(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate_limit}\n"
+        ))
+    };
+    let base = "unit: minute, requests_per_unit: 1000";
+    assert!(
+        rejected(&format!("{{{base}, reserve: {{default: 10}}}}"))
+            .contains("reserve applies only with charge: post_paid")
+    );
+    assert!(
+        rejected(&format!(
+            "{{{base}, charge: post_paid, reserve: {{default: 10, max: 1001}}}}"
+        ))
+        .contains("reserve.max must be between 1 and the burst (1000)")
+    );
+    assert!(
+        rejected(&format!(
+            "{{{base}, charge: post_paid, reserve: {{default: 0}}}}"
+        ))
+        .contains("reserve.default must be between 1")
+    );
+    assert!(
+        rejected(&format!(
+            "{{{base}, charge: post_paid, reserve: {{default: 20, max: 10}}}}"
+        ))
+        .contains("reserve.default must be between 1 and reserve.max (10)")
+    );
+    assert!(rejected("{unlimited: true, reserve: {default: 1}}").contains("takes no"));
+    let text = format!(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{base}, charge: post_paid, reserve: {{default: 10}}, hold_timeout: 1m}}\n"
+    );
+    let config = load(&text).expect("loads");
+    let Limit::Limited { payment, .. } = config.rules.rules()[0].limit else {
+        panic!("limited")
+    };
+    assert_eq!(
+        payment.reserve(),
+        Some(crate::rules::Reserve {
+            default: 10,
+            max: 1000,
+            hold_micros: 60_000_000
+        })
+    );
+    let reserved = load_err(
+        "domain: d\ndescriptors:\n  - key: sluice-estimate\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    );
+    assert!(reserved.contains("is reserved"), "{reserved}");
 }
