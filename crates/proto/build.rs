@@ -26,7 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // builds sluice without installing protoc.
     let protoc_include = protoc_bin_vendored::include_path()?;
     let proto_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let protos = ["quota", "usage"].map(|p| proto_root.join(format!("sluice/v1/{p}.proto")));
+    let protos =
+        ["quota", "usage", "holds"].map(|p| proto_root.join(format!("sluice/v1/{p}.proto")));
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());
     }

@@ -65,6 +65,17 @@ pub trait Wire {
     -> Self::Response;
 }
 
+/// The label of the rule a descriptor's outcome came from (empty for none, or an override), as
+/// sluice's own APIs answer it.
+pub fn rule_label(decision: &Decision, outcome: &sluice_engine::DescriptorOutcome) -> String {
+    outcome
+        .limit
+        .and_then(|l| l.rule)
+        .and_then(|id| decision.rules.rule(id))
+        .map(|r| r.label.clone())
+        .unwrap_or_default()
+}
+
 /// Answers `req` through `wire`, the same way for every API.
 pub async fn handle<W: Wire + Sync>(
     state: &AppState,

@@ -27,6 +27,7 @@ pub mod denials;
 pub mod durations;
 pub mod handler;
 pub mod headers;
+pub mod holds;
 pub mod incoming;
 pub mod limits;
 pub mod metrics;

@@ -23,6 +23,8 @@ pub enum Api {
     Authz,
     /// `sluice.v1.Usage/Report`.
     Report,
+    /// `sluice.v1.Holds/Acquire` and `Release`.
+    Hold,
 }
 
 impl Api {
@@ -32,6 +34,7 @@ impl Api {
             Self::Rls => "rls",
             Self::Authz => "authz",
             Self::Report => "report",
+            Self::Hold => "hold",
         }
     }
 }
@@ -89,6 +92,7 @@ pub struct ServerMetrics {
     rls: ApiSeries,
     authz: ApiSeries,
     report: ApiSeries,
+    hold: ApiSeries,
     /// Resolved decision counters for the rule set in force (replaced after a reload).
     rule_series: Arc<ArcSwapOption<RuleSeries>>,
 }
@@ -142,6 +146,7 @@ impl ServerMetrics {
             rls: api(Api::Rls),
             authz: api(Api::Authz),
             report: api(Api::Report),
+            hold: api(Api::Hold),
             requests,
             latency,
             decisions,
@@ -223,6 +228,7 @@ impl ServerMetrics {
             Api::Rls => &self.rls,
             Api::Authz => &self.authz,
             Api::Report => &self.report,
+            Api::Hold => &self.hold,
         }
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_proto::envoy::auth::authorization_server::AuthorizationServer;
 use sluice_proto::envoy::ratelimit::rate_limit_service_server::RateLimitServiceServer;
 use sluice_proto::envoy::rlqs::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use sluice_proto::sluice::v1::holds_server::HoldsServer;
 use sluice_proto::sluice::v1::quota_server::QuotaServer;
 use sluice_proto::sluice::v1::usage_server::UsageServer;
 use tokio::net::TcpListener;
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
+use crate::holds::HoldsService;
 use crate::incoming::CappedIncoming;
 use crate::quota::QuotaService;
 use crate::reload::{ReloadMetrics, ReloadOptions};
@@ -29,6 +31,7 @@ pub const SERVICES: &[&str] = &[
     "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
     "sluice.v1.Quota",
     "sluice.v1.Usage",
+    "sluice.v1.Holds",
     "grpc.health.v1.Health",
 ];
 
@@ -143,7 +146,8 @@ pub async fn serve(
             Arc::clone(&state),
         )))
         .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))))
-        .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))));
+        .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))))
+        .add_service(HoldsServer::new(HoldsService::new(Arc::clone(&state))));
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s
     // instead of tens of thousands), and at most `max_connections` open.
     let incoming = CappedIncoming::new(

@@ -121,12 +121,7 @@ impl Wire for UsageService {
             .iter()
             .map(|o| ReportResult {
                 matched: o.limit.is_some(),
-                rule: o
-                    .limit
-                    .and_then(|l| l.rule)
-                    .and_then(|id| decision.rules.rule(id))
-                    .map(|r| r.label.clone())
-                    .unwrap_or_default(),
+                rule: handler::rule_label(decision, o),
                 remaining: o.remaining,
                 debt: o.debt,
                 until_full: Some(crate::durations::prost(o.until_full)),

@@ -115,7 +115,8 @@ pub fn check_entries(what: &dyn std::fmt::Display, entries: &[Entry]) -> Result<
     Ok(())
 }
 
-fn truncate(s: &str, max: usize) -> &str {
+/// The first `max` characters of `s` (for echoing client input in errors).
+pub fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((at, _)) => &s[..at],
         None => s,

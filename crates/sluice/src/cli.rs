@@ -73,6 +73,43 @@ pub enum Command {
         #[arg(long)]
         tokens: u64,
     },
+    /// Take or give back a hold of a concurrency limit or reservation (sluice.v1.Holds), as
+    /// Envoy's `sluice-hold` descriptors do.
+    Hold {
+        /// Acquire or release.
+        #[command(subcommand)]
+        command: HoldCommand,
+    },
+}
+
+/// `sluice hold …`.
+#[derive(Debug, Subcommand)]
+pub enum HoldCommand {
+    /// Take a slot of each concurrency limit (reserve on each reserving rule) the descriptor
+    /// matches; prints the hold's token, or exits 1 if denied.
+    Acquire {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// Reservations: the estimate (default: the rule's `reserve.default`).
+        #[arg(long)]
+        estimate: Option<u64>,
+    },
+    /// Give back what a token holds on the descriptor's keys (settle a reservation with
+    /// `--used`).
+    Release {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        descriptor: DescriptorArgs,
+        /// The token `hold acquire` printed.
+        #[arg(long)]
+        token: String,
+        /// Reservations and post-paid rules: the usage to settle or report.
+        #[arg(long, default_value_t = 0)]
+        used: u64,
+    },
 }
 
 /// Which rules a listing covers (`quota list`, `quota top`); empty: all.

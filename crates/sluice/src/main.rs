@@ -14,6 +14,7 @@ mod check;
 mod cli;
 mod config;
 mod connect;
+mod hold;
 mod output;
 mod quota;
 mod report;
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
             descriptor,
             tokens,
         } => client_command(report::report(target, descriptor, tokens)),
+        Command::Hold { command } => client_command(hold::hold(command)),
         Command::Config {
             command: ConfigCommand::Check { path },
         } => match config::load(&path) {
