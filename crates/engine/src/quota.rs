@@ -39,6 +39,9 @@ pub struct QuotaView {
     pub more: Vec<QuotaView>,
     /// This instance's last denial of the key under this limit, while it tracks the key.
     pub last_denial: Option<crate::decision::LastDenial>,
+    /// Holds of requests in flight on this instance (concurrency slots, reservations): how
+    /// many, and the slots (tokens) they hold.
+    pub holds: (u64, u64),
 }
 
 impl QuotaView {
@@ -87,6 +90,7 @@ pub(crate) async fn view(
         degraded: leaser.store.degraded(),
         more: Vec::new(),
         last_denial: None,
+        holds: (0, 0),
     };
     let (found, entries) = rules.match_keyed(domain, entries);
     let rule = match found {
@@ -125,6 +129,9 @@ async fn limit_view(
         let state = b.lock();
         view.local_lease = state.lease;
         view.last_denial = state.rare().last_denial;
+        let holds = &state.rare().holds;
+        let slots = holds.iter().map(|h| h.slots).fold(0, u64::saturating_add);
+        view.holds = (holds.len() as u64, slots);
         if mode == Mode::Local {
             view.global_remaining = Some(state.remaining(mode, &rate, now));
         }

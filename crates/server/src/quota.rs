@@ -147,6 +147,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     // Whole tokens owed, rounded up (a bucket at -0.2 still denies checks).
     out.debt = (-out.global_remaining).max(0.0).ceil() as u64;
     out.limits = view.more.iter().map(|v| to_state(v, store)).collect();
+    (out.holds, out.held) = view.holds;
     out.last_denial = view.last_denial.map(|d| pb::LastDenial {
         at_unix_micros: d.at,
         reason: d.reason.as_str().into(),
@@ -168,7 +169,7 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
         "fallback": s.fallback, "shadow_mode": s.shadow_mode, "degraded": s.degraded,
         "tracked": s.tracked, "unknown_domain": s.unknown_domain, "store": s.store,
         "charge": s.charge, "debt": (!s.remaining_unknown).then_some(s.debt),
-        "max_debt": s.max_debt,
+        "max_debt": s.max_debt, "holds": s.holds, "held": s.held,
         "store_error": (!s.store_error.is_empty()).then_some(&s.store_error),
         "last_denial": s.last_denial.as_ref().map(|d| serde_json::json!({
             "at_unix_micros": d.at_unix_micros, "reason": d.reason, "fallback": d.fallback,

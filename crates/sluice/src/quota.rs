@@ -210,6 +210,12 @@ fn print_state(s: &pb::QuotaState, output: Output) {
             ),
         ],
     ]);
+    if s.holds > 0 {
+        rows.push(vec![
+            "held here".into(),
+            format!("{} in {} holds of requests in flight", s.held, s.holds),
+        ]);
+    }
     rows.push(vec!["last denied here".into(), last_denial(s)]);
     // Further limits of the descriptor (`rate_limits`): each with its own remaining.
     for (i, more) in s.limits.iter().enumerate() {

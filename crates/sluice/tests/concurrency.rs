@@ -193,6 +193,14 @@ async fn in_flight_requests_are_bounded_per_tenant_across_pods_and_a_killed_pod_
         429,
         "3 in flight again: never more"
     );
+    // `quota get` shows them: 3 slots held by 3 requests in flight on b.
+    let grpc = ex.pods[1].sluice.as_ref().expect("b runs").grpc.to_string();
+    let view = common::quota_get_json(&grpc, "generations", &["tenant=umbrella"]);
+    assert_eq!(
+        (&view["holds"], &view["held"]),
+        (&3.into(), &3.into()),
+        "{view}"
+    );
     drop(more);
     drop(held);
     drop(last);
