@@ -53,7 +53,7 @@ hold_filter=$(cat <<'YAML'
                 - generic_key: {descriptor_key: sluice-hold, descriptor_value: acquire}
               - actions:
                 - request_headers: {header_name: x-client, descriptor_key: tenant}
-                - request_headers: {header_name: x-sluice-hold, descriptor_key: sluice-hold}
+                - request_headers: {header_name: x-sluice-hold, descriptor_key: sluice-release}
                 apply_on_stream_done: true
 YAML
 )

@@ -28,9 +28,14 @@ pub struct LimitOverride {
     pub unit: crate::unit::Unit,
 }
 
-/// The descriptor key of the entry that makes a descriptor a hold's acquire or release (see
-/// [`Hold`]). Reserved: a rule may not match on it.
+/// The descriptor key of the entry that makes a descriptor a hold's acquire (`sluice-hold:
+/// acquire`, see [`Hold`]). Reserved: a rule may not match on it.
 pub const HOLD_KEY: &str = "sluice-hold";
+
+/// The descriptor key of the entry that makes a descriptor a hold's release (`sluice-release:
+/// <token>`). A key of its own, so that a value read from a header (a client may send one) can
+/// only ever name a token, never acquire. Reserved.
+pub const RELEASE_KEY: &str = "sluice-release";
 
 /// The descriptor key of an entry right before `sluice-hold: acquire` that names the request's
 /// estimate for a reservation (`reserve:`), e.g. from the request's maximum tokens. Reserved.
@@ -43,7 +48,7 @@ pub const HOLD_HEADER: &str = "x-sluice-hold";
 /// What a descriptor does to the holds of its concurrency rules (`rate_limit.concurrency`).
 ///
 /// Envoy's convention: the request-time descriptor ends with `sluice-hold: acquire`; the
-/// stream-done descriptor ends with `sluice-hold: <token>`, the token sluice answered with in
+/// stream-done descriptor ends with `sluice-release: <token>`, the token sluice answered with in
 /// [`HOLD_HEADER`]. The entry is taken off before the descriptor is matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Hold {
@@ -58,14 +63,16 @@ pub enum Hold {
 }
 
 impl Hold {
-    /// The hold a trailing `sluice-hold` entry's value asks for: `acquire`, or a token (a
-    /// value that is no token is a release that finds nothing: garbage in a header must not
-    /// fail the stream-done call that also carries post-paid usage).
-    pub fn parse(value: &str) -> Self {
-        if value == "acquire" {
-            return Hold::Acquire;
+    /// The hold a trailing entry asks for: `sluice-hold: acquire`, or `sluice-release: <token>`
+    /// (a value that is no token, `acquire` included, is a release that finds nothing: garbage in
+    /// a header must neither acquire nor fail the stream-done call that also carries post-paid
+    /// usage). `None` for any other entry, `sluice-hold` with another value included.
+    pub fn of_entry(key: &str, value: &str) -> Option<Self> {
+        match key {
+            HOLD_KEY if value == "acquire" => Some(Hold::Acquire),
+            RELEASE_KEY => Some(Hold::Release(parse_token(value).unwrap_or(0))),
+            _ => None,
         }
-        Hold::Release(parse_token(value).unwrap_or(0))
     }
 }
 
@@ -110,11 +117,16 @@ impl Descriptor {
         }
     }
 
-    /// Takes a trailing `sluice-hold` entry off the entries into [`hold`](Self::hold).
+    /// Takes a trailing `sluice-hold: acquire` (with a `sluice-estimate` entry before it) or
+    /// `sluice-release: <token>` entry off the entries into [`hold`](Self::hold).
     pub fn take_hold_entry(&mut self) {
-        if self.entries.last().is_some_and(|e| e.key == HOLD_KEY) {
-            let entry = self.entries.pop().expect("checked above");
-            self.hold = Hold::parse(&entry.value);
+        let hold = self
+            .entries
+            .last()
+            .and_then(|e| Hold::of_entry(&e.key, &e.value));
+        if let Some(hold) = hold {
+            self.entries.pop();
+            self.hold = hold;
             if self.hold == Hold::Acquire
                 && self.entries.last().is_some_and(|e| e.key == ESTIMATE_KEY)
             {
@@ -135,9 +147,17 @@ mod tests {
         d.take_hold_entry();
         assert_eq!(d.entries, vec![Entry::new("tenant", "a")]);
         assert_eq!(d.hold, Hold::Acquire);
-        let mut d = Descriptor::of([("tenant", "a"), (HOLD_KEY, "00000000000000ff")]);
+        let mut d = Descriptor::of([("tenant", "a"), (RELEASE_KEY, "00000000000000ff")]);
         d.take_hold_entry();
         assert_eq!(d.hold, Hold::Release(255));
+        // A client's header can only name a token: `acquire` there finds nothing.
+        let mut d = Descriptor::of([("tenant", "a"), (RELEASE_KEY, "acquire")]);
+        d.take_hold_entry();
+        assert_eq!((d.entries.len(), d.hold), (1, Hold::Release(0)));
+        // `sluice-hold` with anything but `acquire` is an entry like any other.
+        let mut d = Descriptor::of([("tenant", "a"), (HOLD_KEY, "00000000000000ff")]);
+        d.take_hold_entry();
+        assert_eq!((d.entries.len(), d.hold), (2, Hold::None));
         let mut d = Descriptor::of([("t", "a"), (ESTIMATE_KEY, "4096"), (HOLD_KEY, "acquire")]);
         d.take_hold_entry();
         assert_eq!((d.entries.len(), d.estimate), (1, Some(4096)));
@@ -161,10 +181,14 @@ mod tests {
             "0000000000000000",
             "xyz",
             "00000000000000ff0",
-            "ACQUIRE",
+            "acquire",
             "+00000000000000f",
         ] {
-            assert_eq!(Hold::parse(bad), Hold::Release(0), "{bad:?}");
+            assert_eq!(
+                Hold::of_entry(RELEASE_KEY, bad),
+                Some(Hold::Release(0)),
+                "{bad:?}"
+            );
         }
         assert_eq!(parse_token(&format_token(u64::MAX)), Some(u64::MAX));
         assert_eq!(parse_token(&format_token(0xabc)), Some(0xabc));

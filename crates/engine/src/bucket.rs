@@ -61,12 +61,9 @@ impl LeaseBucket {
     }
 
     /// Whether evicting the key now loses nothing a limit depends on (see
-    /// [`LeaseState::at_rest`]). Leased keys need no lock to tell, but concurrency limits' do
-    /// (their holds are kept until given back).
+    /// [`LeaseState::at_rest`]: holds and post-paid usage pending are kept, whatever the mode).
     pub fn at_rest(&self, now: u64) -> bool {
-        let unlocked = self.mode != Mode::Local
-            && self.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
-        unlocked || self.lock().at_rest(self.mode, &self.rate, now)
+        self.lock().at_rest(self.mode, &self.rate, now)
     }
 }
 #[cfg(test)]

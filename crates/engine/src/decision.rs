@@ -231,6 +231,6 @@ pub struct Decision {
     /// The token of the hold this request took on its concurrency limits, if it was admitted
     /// and acquired one (`sluice-hold: acquire`); its release names it.
     pub hold: Option<u64>,
-    /// Holds this request's releases gave back (`sluice-hold: <token>`).
+    /// Holds this request's releases gave back (`sluice-release: <token>`).
     pub released: u32,
 }

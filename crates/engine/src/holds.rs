@@ -55,9 +55,9 @@ pub(crate) fn record(state: &mut LeaseState, hold: HoldRecord) {
     state.rare_mut().holds.push(hold);
 }
 
-/// Gives back the hold `token` on `state`, if it holds one; returns its slots. A concurrency
-/// limit's slots all go back; a reservation gives back what `used` left of it (the caller
-/// charges usage beyond it).
+/// Gives back the hold `token` on `state`, if it holds one; returns what it paid (its slots, or
+/// the tokens a reservation covers). A concurrency limit's slots all go back; a reservation
+/// gives back what `used` left of it (the caller charges usage beyond what it covered).
 pub(crate) fn release(
     state: &mut LeaseState,
     rate: &Rate,
@@ -71,12 +71,18 @@ pub(crate) fn release(
     let holds = &mut state.rare_mut().holds;
     let at = holds.iter().position(|h| h.token == token)?;
     let mut hold = holds.swap_remove(at);
-    let reserved = hold.slots;
+    // What the reservation paid, and so covers of the usage: nothing under the `allow`
+    // fallback, which took nothing.
+    let covered = if hold.source == Source::Nothing {
+        0
+    } else {
+        hold.slots
+    };
     if rate.algorithm != Algorithm::Concurrency {
         hold.slots -= used.min(hold.slots);
     }
     give_back(state, rate, &hold, now);
-    Some(reserved)
+    Some(covered)
 }
 
 /// Gives back every hold on `state` that lapsed by `now`; returns how many. A concurrency
@@ -114,6 +120,28 @@ pub(crate) fn leased_slots(state: &LeaseState) -> u64 {
         .filter(|h| h.source == Source::Lease(epoch))
         .map(|h| h.slots)
         .fold(0, u64::saturating_add)
+}
+
+/// Compares what the store counts as this instance's slots (`held`, from a lease answer) with
+/// what it believes it holds (its lease and the holds of requests in flight taken from it);
+/// returns the slots to give back. More in the store: a grant whose answer was lost (a timeout)
+/// left them there, and they would stay this instance's for as long as it keeps calling. Fewer:
+/// the store let some lapse (this instance did not renew in time, or Redis's clock jumped):
+/// the lease keeps only what the store still holds for it, and holds of the old lease give
+/// nothing back (`hold_epoch`). Skipped while a return is on its way (the store still counts
+/// it).
+pub(crate) fn reconcile(state: &mut LeaseState, held: u64) -> u64 {
+    if state.rare().returning > 0 {
+        return 0;
+    }
+    let believed = state.lease.saturating_add(leased_slots(state));
+    if held >= believed {
+        return held - believed;
+    }
+    let rare = state.rare_mut();
+    rare.hold_epoch = rare.hold_epoch.wrapping_add(1);
+    state.lease = state.lease.min(held);
+    held - state.lease
 }
 
 fn give_back(state: &mut LeaseState, rate: &Rate, hold: &HoldRecord, now: u64) {

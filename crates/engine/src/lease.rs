@@ -327,79 +327,100 @@ impl Leaser {
             }
         };
         self.metrics.tokens_granted(grant.granted);
-        let mut state = bucket.lock();
-        state.expire(now);
-        let repaid = grant.granted.min(state.rare().owed);
-        if repaid > 0 {
-            state.rare_mut().owed -= repaid;
-        }
-        let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
-        // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
-        // it has (emptied at each grant, as a rate's is, it would refuse everything while the
-        // store is down).
-        let local = state.local;
-        state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
-        if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
-            state.local = local;
-        }
-        // Free slots go back after `lease_ttl` (never kept as a cold lease): others may wait.
-        state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0
-            && bucket.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
-        state.queued = false;
-        if grant.granted < ask.least {
-            // Starved: global demand is above the limit (we got less than `least`, the lease the
-            // key would have had without a cold lease; a cold lease coming up short is no sign
-            // of contention). Spend what
-            // came, then deny locally while tokens refill in the global bucket (up to the
-            // burst, so nothing is lost) instead of asking on every request: a remote store is
-            // asked again after one lease horizon, or later if the tokens this request needs
-            // take longer to refill; the in-process store as soon as they are due. Never later
-            // than `lease_ttl`, so a reset, a returned lease or a rate that never refills is
-            // seen again soon, and a key can always lease again (no lockout).
-            //
-            // A sliding window is the exception: nothing accumulates for later (what a window
-            // leaves unused is gone when it ends) while the previous window's hits fade out
-            // continuously, so a starved sidecar asks again as soon as a whole lease has faded
-            // in, at least a tenth of a horizon apart; waiting a horizon for it capped what all
-            // sidecars together could take at their lease size per horizon (90% of L with the
-            // defaults and 4 sidecars; a quarter horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
-            let sliding = bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
-            let missing = if sliding {
-                want.max(1)
+        let lost_grant = {
+            let mut state = bucket.lock();
+            state.expire(now);
+            let repaid = grant.granted.min(state.rare().owed);
+            if repaid > 0 {
+                state.rare_mut().owed -= repaid;
+            }
+            let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
+            // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
+            // it has (emptied at each grant, as a rate's is, it would refuse everything while the
+            // store is down).
+            let local = state.local;
+            state.add_window_grant(grant.granted - repaid, grant.remaining, want, now, window);
+            if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
+                state.local = local;
+            }
+            // Free slots go back after `lease_ttl` (never kept as a cold lease): others may wait.
+            state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0
+                && bucket.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
+            state.queued = false;
+            // What the store counts as this instance's slots against what it believes it holds.
+            let lost_grant = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
+                && self.store.counts_holders()
+            {
+                crate::holds::reconcile(&mut state, grant.window)
             } else {
-                needed.saturating_sub(state.lease).max(1)
+                0
             };
-            let horizon = micros(self.settings.lease_horizon);
-            // A concurrency limit never refills: its slots come back when requests end, at no
-            // time a rate can tell, so it asks again after a horizon.
-            let never = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
-                horizon
-            } else {
-                u64::MAX
-            };
-            let until = bucket
-                .rate
-                .micros_until_at(grant.remaining, missing as f64, now)
-                .unwrap_or(never);
-            let wait = if self.store.is_in_process() {
-                until.max(1)
-            } else if sliding {
-                until.max(horizon / 10)
-            } else {
-                until.max(horizon)
-            };
-            // A turn in the key's queue of starved callers: the fleet's starved sidecars ask
-            // one at a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls
-            // a second however many they are. The wait is bounded by twice the queue every
-            // live instance would make, so a store that lost count cannot lock a key out.
-            let (wait, most) = match grant.turn_in {
-                Some(turn) => {
-                    state.queued = true;
-                    (wait.max(turn), self.longest_wait(ask.turn_gap))
-                }
-                None => (wait, self.longest_wait_without_turn()),
-            };
-            state.retry_at = now.saturating_add(wait.min(most));
+            if grant.granted < ask.least {
+                // Starved: global demand is above the limit (we got less than `least`, the lease the
+                // key would have had without a cold lease; a cold lease coming up short is no sign
+                // of contention). Spend what
+                // came, then deny locally while tokens refill in the global bucket (up to the
+                // burst, so nothing is lost) instead of asking on every request: a remote store is
+                // asked again after one lease horizon, or later if the tokens this request needs
+                // take longer to refill; the in-process store as soon as they are due. Never later
+                // than `lease_ttl`, so a reset, a returned lease or a rate that never refills is
+                // seen again soon, and a key can always lease again (no lockout).
+                //
+                // A sliding window is the exception: nothing accumulates for later (what a window
+                // leaves unused is gone when it ends) while the previous window's hits fade out
+                // continuously, so a starved sidecar asks again as soon as a whole lease has faded
+                // in, at least a tenth of a horizon apart; waiting a horizon for it capped what all
+                // sidecars together could take at their lease size per horizon (90% of L with the
+                // defaults and 4 sidecars; a quarter horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
+                let sliding =
+                    bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
+                let missing = if sliding {
+                    want.max(1)
+                } else {
+                    needed.saturating_sub(state.lease).max(1)
+                };
+                let horizon = micros(self.settings.lease_horizon);
+                // A concurrency limit never refills: its slots come back when requests end, at no
+                // time a rate can tell, so it asks again after a horizon.
+                let never = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
+                {
+                    horizon
+                } else {
+                    u64::MAX
+                };
+                let until = bucket
+                    .rate
+                    .micros_until_at(grant.remaining, missing as f64, now)
+                    .unwrap_or(never);
+                let wait = if self.store.is_in_process() {
+                    until.max(1)
+                } else if sliding {
+                    until.max(horizon / 10)
+                } else {
+                    until.max(horizon)
+                };
+                // A turn in the key's queue of starved callers: the fleet's starved sidecars ask
+                // one at a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls
+                // a second however many they are. The wait is bounded by twice the queue every
+                // live instance would make, so a store that lost count cannot lock a key out.
+                let (wait, most) = match grant.turn_in {
+                    Some(turn) => {
+                        state.queued = true;
+                        (wait.max(turn), self.longest_wait(ask.turn_gap))
+                    }
+                    None => (wait, self.longest_wait_without_turn()),
+                };
+                state.retry_at = now.saturating_add(wait.min(most));
+            }
+            lost_grant
+        };
+        if lost_grant > 0 {
+            let started = Instant::now();
+            let result = self
+                .store
+                .release_slots(store_key, bucket.rate, lost_grant)
+                .await;
+            self.observe(StoreOp::Release, started, &result);
         }
         None
     }

@@ -160,7 +160,12 @@ impl<C: Clock> MemoryStore<C> {
         let mut left = self.room.to_take(hog);
         let before = left;
         self.buckets.retain(|_, b| {
-            if left == 0 || b.holder != hog {
+            // A concurrency limit's slots out would be forgotten (an absent bucket is all
+            // free), and what it left behind would never refill for the rule's new keys.
+            if left == 0
+                || b.holder != hog
+                || b.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
+            {
                 return true;
             }
             left -= 1;

@@ -266,8 +266,13 @@ impl<'d> Plan<'d> {
                 (Some(asked.unwrap_or(r.default).clamp(1, r.max)), 0)
             }
             // A concurrency limit only asked whether one more fits (no `sluice-hold: acquire`)
-            // is a check: nothing taken, so nothing to give back.
+            // is a check: nothing taken, so nothing to give back. An acquire takes at least one
+            // slot (a count of 0 must not make it a hold of nothing).
             _ if concurrency && !acquire => (Some(0), 0),
+            (_, n) if acquire => (Some(n.unwrap_or(default_hits).max(1)), 0),
+            // On an acquire the count is the request's estimate, not usage: a post-paid rule
+            // without reservations only checks (its usage comes with the stream-done call).
+            (Payment::PostPaid { .. }, _) if d.hold == Hold::Acquire => (Some(0), 0),
             (Payment::PostPaid { .. }, n) => match n.unwrap_or(req.hits_addend) {
                 0 => (Some(0), 0),
                 n => (None, n),

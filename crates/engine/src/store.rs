@@ -18,7 +18,8 @@ pub struct LeaseGrant {
     pub remaining: f64,
     /// Windows (`fixed_window`, `sliding_window`): the window the tokens were taken from
     /// ([`Rate::window`](sluice_core::bucket::Rate::window); 0 for a token bucket), which a
-    /// release must name.
+    /// release must name. A concurrency limit on a store that
+    /// [counts holders](GlobalStore::counts_holders): the slots the caller holds after the call.
     pub window: u64,
     /// Windows: microseconds until that window ends, by the store's clock. Leased tokens must
     /// be spent before then (a later window has its own `L`); `None` for a token bucket, whose
@@ -162,20 +163,19 @@ pub trait GlobalStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, ()>;
 
     /// A concurrency limit ([`Algorithm::Concurrency`](sluice_core::bucket::Algorithm)): gives
-    /// back `slots` of those this instance holds at `key`, or with `all` every one it holds
-    /// there (it has nothing in flight on the key: a grant whose answer was lost is freed too).
-    /// A store shared by instances counts each one's slots, and lets a holder give back only
-    /// what it holds; an instance that stops calling loses its slots a hold timeout (the rate's
-    /// period) after its last call. By default [`release`](Self::release) (one instance).
-    fn release_slots<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        slots: u64,
-        all: bool,
-    ) -> StoreFuture<'a, ()> {
-        let _ = all;
+    /// back `slots` of those this instance holds at `key`. A store shared by instances
+    /// ([`counts_holders`](Self::counts_holders)) counts each one's slots, lets a holder give
+    /// back only what it holds, and frees an instance's slots a hold timeout (the rate's period)
+    /// after its last call. By default [`release`](Self::release) (one instance).
+    fn release_slots<'a>(&'a self, key: &'a str, rate: Rate, slots: u64) -> StoreFuture<'a, ()> {
         self.release(key, rate, slots, 0)
+    }
+
+    /// Whether the store counts each instance's concurrency slots: its lease answers for a
+    /// concurrency limit then carry, in [`LeaseGrant::window`], the slots this instance holds
+    /// there after the call.
+    fn counts_holders(&self) -> bool {
+        false
     }
 
     /// Closes window `window` of the fixed-window bucket at `key` (no token left in it) if it is

@@ -38,11 +38,6 @@ pub(crate) struct Return {
     pub(crate) tokens: u64,
     /// The window they were leased from (windows only; the store drops them if it is over).
     pub(crate) window: u64,
-    /// Concurrency limits: the key holds nothing more here (no hold in flight), so the store
-    /// frees whatever it still counts as this instance's ([`GlobalStore::release_slots`]).
-    ///
-    /// [`GlobalStore::release_slots`]: crate::store::GlobalStore::release_slots
-    pub(crate) all: bool,
     /// Concurrency limits: the bucket, whose lease lives a hold timeout longer once the store
     /// has the call (every call moves this instance's lapse on). Also a return of 0 slots:
     /// a renewal of slots held by requests in flight.
@@ -58,6 +53,11 @@ impl Return {
         state.expire(now);
         (state.lease > 0).then(|| {
             let tokens = std::mem::take(&mut state.lease);
+            if bucket.rate.algorithm == Algorithm::Concurrency {
+                // Until the store has it, its count of this instance's slots includes these:
+                // a lease answer meanwhile must not read them as a lost grant.
+                state.rare_mut().returning += 1;
+            }
             Self::of(bucket, state, tokens, now)
         })
     }
@@ -69,7 +69,6 @@ impl Return {
             rate: bucket.rate,
             tokens,
             window: state.rare().lease_window,
-            all: concurrency && state.rare().holds.is_empty(),
             renews: concurrency.then(|| Arc::clone(bucket)),
             at: now,
         }
@@ -77,11 +76,13 @@ impl Return {
 
     /// A concurrency key's renewal, if it is due: slots of requests in flight that came from
     /// the lease are still counted in the store, and the lease lapses a hold timeout after the
-    /// last store call; renewed once half of that has passed.
+    /// last store call; renewed once half of that has passed (at least 2.5 s before it).
     fn renewal(bucket: &Arc<LeaseBucket>, state: &LeaseState, now: u64) -> Option<Self> {
         let until = state.rare().lease_until;
-        let half = bucket.rate.period_micros() / 2;
-        let due = until != u64::MAX && now < until && until - now < half;
+        // Half the timeout before its lapse, and never less than 2.5 s (two sweeps and a store
+        // call) before it.
+        let ahead = (bucket.rate.period_micros() / 2).max(2_500_000);
+        let due = until != u64::MAX && now < until && until - now < ahead;
         (due && crate::holds::leased_slots(state) > 0).then(|| Self::of(bucket, state, 0, now))
     }
 }
@@ -408,12 +409,7 @@ impl BucketTable {
                 held > ttl
             };
             if (is_idle || lapsed) && state.lease > 0 {
-                // All of a concurrency key's slots only once it is idle: a busy key may have a
-                // lease call on its way, whose grant must stay counted.
-                returns.extend(Return::take(bucket, &mut state, now).map(|mut r| {
-                    r.all &= is_idle;
-                    r
-                }));
+                returns.extend(Return::take(bucket, &mut state, now));
                 // The global reading is stale once tokens went back; read it again on use.
                 state.global_known = false;
             }
@@ -440,17 +436,6 @@ impl BucketTable {
             .filter_map(|entry| {
                 let bucket = &entry.key().0;
                 let mut state = bucket.lock();
-                // A concurrency key gives back every slot this instance holds, its requests'
-                // in flight too: their releases will find no one, and the store would keep
-                // the slots from the others for a hold timeout.
-                if bucket.rate.algorithm == Algorithm::Concurrency && !state.rare().holds.is_empty()
-                {
-                    state.expire(now);
-                    let lease = std::mem::take(&mut state.lease);
-                    let mut all = Return::of(bucket, &state, lease, now);
-                    all.all = true;
-                    return Some(all);
-                }
                 Return::take(bucket, &mut state, now)
             })
             .collect()

@@ -19,7 +19,9 @@
 --          arithmetic is BucketState::take_keeping_half's.
 -- ARGV[10] concurrency (algorithm 3): the caller's holder id. The grant is added to what it
 --          holds, and every call (a grant of 0 too) moves its lapse on (bucket.lua's `holders`);
---          ends_in is the hold timeout: the caller's slots lapse then unless it calls again.
+--          ends_in is the hold timeout: the caller's slots lapse then unless it calls again; and
+--          `window` (none for this algorithm) is what the caller holds after the call, so it can
+--          give back slots of a grant whose answer it lost, or learn that its slots lapsed.
 if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
@@ -53,4 +55,5 @@ if gap > 0 and granted < asked_least then
   end
 end
 local window, ends_in = window_answer()
+if algorithm == 3 then window = held_by(ARGV[10]) end
 return {granted, math.floor(available() * 1000), window, ends_in, turn_in}

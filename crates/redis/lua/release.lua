@@ -5,8 +5,6 @@
 -- ARGV[7]  windows: the window they were leased from (the grant's); ignored for a token bucket
 -- ARGV[8]  concurrency (algorithm 3): the caller's holder id; it gives back at most what it
 --          holds, and its lapse moves on if it still holds some
--- ARGV[9]  concurrency: 1 when the caller holds nothing more of this key (no request in
---          flight): whatever it still holds here (a grant whose answer it never read) is freed
 -- Returns  remaining_millitokens after the return, rounded down. An absent bucket is full, so
 --          there is nothing to add and nothing is written; tokens of a window that is over are
 --          dropped (the next window has its own L), and nothing is written either.
@@ -15,9 +13,7 @@ if not existed then
 end
 if algorithm == 3 then
   reclaim()
-  local back = tonumber(ARGV[6])
-  if ARGV[9] == '1' then back = held_by(ARGV[8]) end
-  back = -hold(ARGV[8], -back)
+  local back = -hold(ARGV[8], -tonumber(ARGV[6]))
   tokens = math.min(tokens + back, burst)
   save()
   return math.floor(available() * 1000)

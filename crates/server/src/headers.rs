@@ -53,13 +53,19 @@ pub fn policies(decision: &Decision) -> Vec<PolicyView<'_>> {
                 // The store may be back any moment: ask again soon.
                 Some(Denial::StoreDown) => Some(1),
             };
+            // A concurrency limit's quota is N at once (its period is the hold timeout).
+            let quota = if limit.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
+                limit.rate.burst
+            } else {
+                limit.rate.requests_per_unit
+            };
             Some(PolicyView {
                 name: sf_string_content(label),
-                quota: limit.rate.requests_per_unit,
+                quota,
                 window_secs: limit.rate.period_secs(),
                 // Never more than the quota the same answer announces: a burst above the
                 // limit is room the headers do not promise (issue 25: `q=200` with `r=207`).
-                remaining: o.remaining.min(limit.rate.requests_per_unit),
+                remaining: o.remaining.min(quota),
                 reset_secs: ceil_secs(o.until_full),
                 denial,
                 retry_after_secs,

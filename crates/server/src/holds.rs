@@ -1,7 +1,7 @@
 //! `sluice.v1.Holds`: concurrency limits and reservations for callers without Envoy.
 //!
 //! Acquire and Release are the same decisions as Envoy's `sluice-hold: acquire` and
-//! `sluice-hold: <token>` descriptors through ShouldRateLimit: each becomes descriptors with the
+//! `sluice-release: <token>` descriptors through ShouldRateLimit: each becomes descriptors with the
 //! hold set, decided by the one engine on the one path ([`handler::handle`]).
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Concurrency limits over `ShouldRateLimit`, as Envoy's rate-limit filter calls it: the
 //! request-time descriptor ends in `sluice-hold: acquire` and an admitted request gets its hold's
-//! token in `request_headers_to_add`; the stream-done descriptor ends in `sluice-hold: <token>`.
+//! token in `request_headers_to_add`; the stream-done descriptor ends in `sluice-release: <token>`.
 
 mod common;
 
@@ -60,7 +60,7 @@ async fn acquire_answers_a_token_and_its_release_frees_the_slot() {
 
     let release = request(
         "llm",
-        &[&[("tenant", "acme"), ("sluice-hold", first.as_str())]],
+        &[&[("tenant", "acme"), ("sluice-release", first.as_str())]],
     );
     assert_eq!(call(release.clone()).await.overall_code, Code::Ok as i32);
     assert_eq!(
@@ -76,12 +76,12 @@ async fn acquire_answers_a_token_and_its_release_frees_the_slot() {
     call(release).await;
     call(request(
         "llm",
-        &[&[("tenant", "other"), ("sluice-hold", first.as_str())]],
+        &[&[("tenant", "other"), ("sluice-release", first.as_str())]],
     ))
     .await;
     call(request(
         "llm",
-        &[&[("tenant", "acme"), ("sluice-hold", "00000000deadbeef")]],
+        &[&[("tenant", "acme"), ("sluice-release", "00000000deadbeef")]],
     ))
     .await;
     assert_eq!(
@@ -95,7 +95,7 @@ async fn acquire_answers_a_token_and_its_release_frees_the_slot() {
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"sluice_hold_releases_total{outcome="unknown"} 3"#),
+        metrics.contains(r#"sluice_hold_releases_total{outcome="unknown"} 4"#),
         "{metrics}"
     );
     server.stop().await.expect("clean stop");
@@ -112,7 +112,7 @@ async fn a_garbage_token_does_not_fail_the_usage_reported_with_it() {
         &[
             &[
                 ("tenant", "acme"),
-                ("sluice-hold", "'; DROP TABLE holds; --"),
+                ("sluice-release", "'; DROP TABLE holds; --"),
             ],
             &[("budget", "acme")],
         ],

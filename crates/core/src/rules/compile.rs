@@ -206,16 +206,17 @@ fn reserve(r: &ReserveConfig, rl: &RateLimitConfig, burst: u64) -> Result<Reserv
     })
 }
 
-/// The rule's `hold_timeout` in whole seconds (default 5 minutes; 1 s to a day).
+/// The rule's `hold_timeout` in whole seconds (default 5 minutes; 3 s to a day: a sidecar renews
+/// its slots at least 2.5 s before they lapse, from sweeps a second apart).
 fn hold_timeout(rl: &RateLimitConfig) -> Result<u64, String> {
     let timeout = rl.hold_timeout.map_or(
         std::time::Duration::from_secs(u64::from(DEFAULT_HOLD_TIMEOUT_SECS)),
         |d| d.0,
     );
     let secs = timeout.as_secs();
-    if timeout.subsec_nanos() != 0 || secs == 0 || secs > u64::from(MAX_HOLD_TIMEOUT_SECS) {
+    if timeout.subsec_nanos() != 0 || secs < 3 || secs > u64::from(MAX_HOLD_TIMEOUT_SECS) {
         return Err(format!(
-            "hold_timeout must be whole seconds from 1s to 24h, not {timeout:?}"
+            "hold_timeout must be whole seconds from 3s (a sidecar renews its slots in time) to 24h, not {timeout:?}"
         ));
     }
     Ok(secs)

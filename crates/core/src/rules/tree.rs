@@ -94,7 +94,8 @@ impl RuleSet {
         if key.is_empty() {
             return Err(ConfigError::at(file, line, "descriptor has empty key"));
         }
-        if key == crate::descriptor::HOLD_KEY || key == crate::descriptor::ESTIMATE_KEY {
+        use crate::descriptor::{ESTIMATE_KEY, HOLD_KEY, RELEASE_KEY};
+        if [HOLD_KEY, RELEASE_KEY, ESTIMATE_KEY].contains(&key) {
             return Err(ConfigError::at(
                 file,
                 line,

@@ -105,10 +105,10 @@ pub struct RateLimitConfig {
     pub max_debt: Option<u64>,
     /// sluice, instead of a rate: at most this many requests in flight at once per key, each
     /// holding a slot from its start (a descriptor ending in `sluice-hold: acquire`) to its end
-    /// (one ending in `sluice-hold: <token>`); 1 to 1 000 000.
+    /// (one ending in `sluice-release: <token>`); 1 to 1 000 000.
     pub concurrency: Option<u32>,
     /// sluice, with `concurrency`: a slot never given back comes back after this long (whole
-    /// seconds, 1s to 24h; default 5m). Also how long a sidecar that died holding slots keeps
+    /// seconds, 3s to 24h; default 5m). Also how long a sidecar that died holding slots keeps
     /// them from the others. With `reserve`: how long an unsettled reservation is kept.
     pub hold_timeout: Option<super::HumanDuration>,
     /// sluice, with `charge: post_paid`: reservations. A request acquiring a hold reserves an

@@ -16,7 +16,7 @@ use crate::plan::{Plan, Settled, hold_keys};
 use crate::table::Swept;
 
 impl Engine {
-    /// Gives back the holds the request's releases (`sluice-hold: <token>`) name on the keys of
+    /// Gives back the holds the request's releases (`sluice-release: <token>`) name on the keys of
     /// their descriptors; returns how many were given back, and the reservations settled (a
     /// reservation gives back what the descriptor's reported usage left of it; the plan
     /// reports the usage beyond it). A token that holds nothing on

@@ -114,7 +114,7 @@ impl Leaser {
                 let concurrency = r.rate.algorithm == Algorithm::Concurrency;
                 let result = if concurrency {
                     self.store
-                        .release_slots(&r.store_key, r.rate, r.tokens, r.all)
+                        .release_slots(&r.store_key, r.rate, r.tokens)
                         .await
                 } else {
                     self.store
@@ -122,8 +122,15 @@ impl Leaser {
                         .await
                 };
                 self.observe(StoreOp::Release, started, &result);
-                if let (Ok(()), Some(bucket)) = (&result, &r.renews) {
-                    renewed(bucket, r.at);
+                if let Some(bucket) = &r.renews {
+                    let mut state = bucket.lock();
+                    if r.tokens > 0 {
+                        let returning = &mut state.rare_mut().returning;
+                        *returning = returning.saturating_sub(1);
+                    }
+                    if result.is_ok() {
+                        renewed(&mut state, bucket.rate.period_micros(), r.at);
+                    }
                 }
                 match result {
                     Ok(()) => self.metrics.tokens_returned(r.tokens),
@@ -148,11 +155,10 @@ impl Leaser {
 /// A concurrency key's store call, sent at `sent` (engine clock), was answered: the store moved
 /// this instance's lapse a hold timeout on from when it ran, so the lease (if it has not lapsed
 /// already: then the store may have freed its slots) lives until a hold timeout after `sent`.
-fn renewed(bucket: &LeaseBucket, sent: u64) {
-    let mut state = bucket.lock();
+fn renewed(state: &mut crate::ledger::LeaseState, period: u64, sent: u64) {
     let until = state.rare().lease_until;
     if until != u64::MAX && sent < until {
-        let renewed = sent.saturating_add(bucket.rate.period_micros());
+        let renewed = sent.saturating_add(period);
         state.rare_mut().lease_until = until.max(renewed);
     }
 }

@@ -82,6 +82,9 @@ pub struct Rare {
     /// the lease lapses (the store freed this instance's slots), so holds of the lapsed lease
     /// give nothing back to the new one.
     pub hold_epoch: u32,
+    /// Concurrency limits: returns of leased slots on their way to the store (its count of
+    /// this instance's slots includes them until they land).
+    pub returning: u32,
 }
 
 /// Every [`Rare`] field at its default.
@@ -96,6 +99,7 @@ const NO_RARE: Rare = Rare {
     last_denial: None,
     holds: Vec::new(),
     hold_epoch: 0,
+    returning: 0,
 };
 
 /// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).

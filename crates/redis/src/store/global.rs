@@ -46,21 +46,19 @@ impl GlobalStore for RedisStore {
         window: u64,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.batched::<i64>(&RELEASE, key, &rate, &[tokens, window, self.holder, 0])
+            self.batched::<i64>(&RELEASE, key, &rate, &[tokens, window, self.holder])
                 .await
                 .map(|_| ())
         })
     }
 
-    fn release_slots<'a>(
-        &'a self,
-        key: &'a str,
-        rate: Rate,
-        slots: u64,
-        all: bool,
-    ) -> StoreFuture<'a, ()> {
+    fn counts_holders(&self) -> bool {
+        true
+    }
+
+    fn release_slots<'a>(&'a self, key: &'a str, rate: Rate, slots: u64) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let args = [slots, 0, self.holder, u64::from(all)];
+            let args = [slots, 0, self.holder];
             self.batched::<i64>(&RELEASE, key, &rate, &args)
                 .await
                 .map(|_| ())
