@@ -84,6 +84,12 @@ async fn acquire_answers_a_token_and_its_release_frees_the_slot() {
         &[&[("tenant", "acme"), ("sluice-release", "00000000deadbeef")]],
     ))
     .await;
+    // A client's `x-sluice-hold: acquire`, read into the release entry, acquires nothing.
+    call(request(
+        "llm",
+        &[&[("tenant", "acme"), ("sluice-release", "acquire")]],
+    ))
+    .await;
     assert_eq!(
         call(acquire).await.overall_code,
         Code::OverLimit as i32,
