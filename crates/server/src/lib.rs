@@ -25,6 +25,7 @@ pub mod assignments;
 pub mod authz;
 pub mod denials;
 pub mod durations;
+pub mod forward;
 pub mod handler;
 pub mod headers;
 pub mod holds;
@@ -42,5 +43,5 @@ pub mod top;
 pub mod usage;
 pub mod validate;
 
-pub use serve::{ServeError, ServeOptions, serve};
+pub use serve::{ServeError, ServeOptions, serve, serve_with_check};
 pub use state::{AppState, Runtime};

@@ -25,6 +25,8 @@ pub enum Api {
     Report,
     /// `sluice.v1.Holds/Acquire` and `Release`.
     Hold,
+    /// The HTTP check port (forward auth for nginx, Caddy, Traefik).
+    Http,
 }
 
 impl Api {
@@ -35,6 +37,7 @@ impl Api {
             Self::Authz => "authz",
             Self::Report => "report",
             Self::Hold => "hold",
+            Self::Http => "http",
         }
     }
 }
@@ -93,6 +96,7 @@ pub struct ServerMetrics {
     authz: ApiSeries,
     report: ApiSeries,
     hold: ApiSeries,
+    http: ApiSeries,
     /// Resolved decision counters for the rule set in force (replaced after a reload).
     rule_series: Arc<ArcSwapOption<RuleSeries>>,
 }
@@ -147,6 +151,7 @@ impl ServerMetrics {
             authz: api(Api::Authz),
             report: api(Api::Report),
             hold: api(Api::Hold),
+            http: api(Api::Http),
             requests,
             latency,
             decisions,
@@ -229,6 +234,7 @@ impl ServerMetrics {
             Api::Authz => &self.authz,
             Api::Report => &self.report,
             Api::Hold => &self.hold,
+            Api::Http => &self.http,
         }
     }
 

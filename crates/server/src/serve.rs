@@ -87,6 +87,18 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    serve_with_check(state, grpc, admin, None, options, shutdown).await
+}
+
+/// [`serve`], and the HTTP check (forward auth, [`crate::forward`]) on `check` if given.
+pub async fn serve_with_check(
+    state: Arc<AppState>,
+    grpc: TcpListener,
+    admin: TcpListener,
+    check: Option<TcpListener>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     for service in SERVICES.iter().chain([&""]) {
         health
@@ -114,6 +126,13 @@ pub async fn serve(
         Arc::clone(&state),
         background.stop.clone(),
     ));
+    if let Some(check) = check {
+        background.tasks.spawn(crate::forward::run(
+            check,
+            Arc::clone(&state),
+            background.stop.clone(),
+        ));
+    }
     if let Some((opts, metrics)) = options.reload.clone() {
         background.tasks.spawn(crate::reload::watch(
             Arc::clone(&state),

@@ -259,6 +259,11 @@ pub struct ServeArgs {
     /// /quota, which show descriptor values, answer beyond loopback only with a read token).
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
+    /// The HTTP check for proxies that are not Envoy (nginx `auth_request`, Caddy
+    /// `forward_auth`, Traefik `ForwardAuth`): decided as ext_authz from the `authz:` section.
+    /// Off unless given (e.g. 127.0.0.1:8082).
+    #[arg(long, env = "SLUICE_CHECK_ADDR")]
+    pub check_addr: Option<SocketAddr>,
     /// After SIGTERM, how long to keep answering while health reports NOT_SERVING (e.g. 2s).
     #[arg(long, env = "SLUICE_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]
     pub drain_delay: Duration,

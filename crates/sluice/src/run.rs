@@ -96,7 +96,20 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
         let admin = tokio::net::TcpListener::bind(args.admin_addr)
             .await
             .with_context(|| format!("binding admin HTTP on {}", args.admin_addr))?;
+        let check = match args.check_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the HTTP check on {addr}"))?,
+            ),
+            None => None,
+        };
+        let check_at = match &check {
+            Some(l) => l.local_addr().context("HTTP check address")?.to_string(),
+            None => "off".to_string(),
+        };
         tracing::info!(
+            check = %check_at,
             grpc = %grpc.local_addr().context("gRPC address")?,
             admin = %admin.local_addr().context("admin address")?,
             config = %args.config.display(),
@@ -120,7 +133,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             shutdown_grace: args.shutdown_grace,
             reload,
         };
-        sluice_server::serve(state, grpc, admin, options, shutdown)
+        sluice_server::serve_with_check(state, grpc, admin, check, options, shutdown)
             .await
             .context("serving")?;
         if let Some(redis) = redis {
