@@ -25,6 +25,14 @@ if command -v rustup >/dev/null 2>&1; then
   fi
 fi
 
+# nginx with auth_request (deploy/examples/nginx, run by crates/sluice/tests/nginx.rs).
+if ! nginx -V 2>&1 | grep -q http_auth_request_module; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+  # The package starts a system nginx on port 80; the tests run their own.
+  (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
+fi
+echo "setup: $(nginx -v 2>&1)"
+
 ENVOY_VERSION=1.40.0
 if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
   if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then

@@ -46,13 +46,6 @@ fn with_key(s: &Stack, key: &str) -> HttpResponse {
     http_get(s.http, "/v1/items", &[("x-api-key", key)])
 }
 
-/// Waits for the start of a fresh second, so a burst of requests falls in one second.
-fn next_second() {
-    use sluice_core::Clock as _;
-    let into = sluice_core::SystemClock::new().now_micros() / 1_000 % 1_000;
-    std::thread::sleep(Duration::from_millis(1_000 - into + 20));
-}
-
 #[test]
 fn each_tier_gets_its_limits_whichever_way_the_key_is_sent() {
     let s = stack();
@@ -106,7 +99,7 @@ fn the_per_minute_limit_holds_when_the_per_second_one_allows() {
     let mut admitted = 0;
     let mut denied_by = Vec::new();
     for _ in 0..5 {
-        next_second();
+        common::next_second();
         for _ in 0..5 {
             let r = with_key(&s, key);
             if r.status == 200 {
@@ -135,7 +128,7 @@ fn a_key_moved_to_another_tier_gets_its_limits_without_a_restart() {
     std::fs::write(s.dir.path().join("tiers.yaml"), tiers).expect("edit tiers.yaml");
     let start = Instant::now();
     loop {
-        next_second();
+        common::next_second();
         let passed = (0..10).filter(|_| with_key(&s, key).status == 200).count();
         if passed == 10 {
             break;

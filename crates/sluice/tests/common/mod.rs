@@ -80,3 +80,10 @@ pub fn with_ports(text: &str, ports: &[(u16, u16)]) -> String {
         t.replace(&from, &format!("port_value: {to}"))
     })
 }
+
+/// Waits for the start of a fresh second, so a burst of requests falls in one second.
+pub fn next_second() {
+    use sluice_core::Clock as _;
+    let into = sluice_core::SystemClock::new().now_micros() / 1_000 % 1_000;
+    std::thread::sleep(std::time::Duration::from_millis(1_000 - into + 20));
+}
