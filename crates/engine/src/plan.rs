@@ -257,7 +257,7 @@ impl<'d> Plan<'d> {
         let acquire = (concurrency || reserve.is_some()) && d.hold == Hold::Acquire;
         let (hits, reported) = match (m.info.payment, d.hits_addend) {
             // Usage a settle reports beyond its reservation.
-            _ if report.is_some() => (None, report.unwrap_or(0)),
+            _ if let Some(n) = report => (None, n),
             // A reservation pays its estimate before the request, as a prepaid cost: the
             // request's own (`sluice-estimate`, else its count), else the rule's default, at
             // least 1 and at most the rule's `max`.

@@ -1,6 +1,5 @@
 //! The admin HTTP port (hyper 1): `/metrics`, `/healthz`, `/readyz`.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -8,14 +7,9 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::Connected as _;
 
 use crate::incoming::CappedIncoming;
 use crate::state::{AppState, Caller};
@@ -26,7 +20,7 @@ use crate::state::{AppState, Caller};
 /// stays idle that long.
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
     let limits = &state.limits;
-    let mut incoming = CappedIncoming::new(
+    let incoming = CappedIncoming::new(
         listener,
         (
             limits.admin_max_connections,
@@ -35,44 +29,10 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
         limits.tcp_keepalive,
         state.metrics.refusals("admin_connections_per_peer"),
     );
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = incoming.next() => a,
-        };
-        // Each connection holds its place until it closes.
-        let stream = match accepted {
-            None => return,
-            Some(Ok(stream)) => stream,
-            Some(Err(e)) => {
-                // Out of file descriptors and the like: log, back off briefly, keep serving.
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let tasks = state.background.tasks.clone();
-        let state = Arc::clone(&state);
-        let stop = stop.clone();
-        let header_timeout = state.limits.admin_header_timeout;
-        let peer = stream.connect_info().remote_addr();
-        tasks.spawn(async move {
-            let service = service_fn(move |req| {
-                let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(handle(&state, &req, peer).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                r = conn => if let Err(e) = r {
-                    tracing::debug!(error = %e, "admin connection ended with an error");
-                },
-            }
-        });
-    }
+    let answer = |state: Arc<AppState>, req: Request<Incoming>, peer| async move {
+        handle(&state, &req, peer).await
+    };
+    crate::http1::serve(incoming, state, stop, "admin", None, answer).await;
 }
 
 /// Whether the request may read quota and config (`Runtime::may_read`: the read token, or

@@ -8,7 +8,6 @@
 //! metrics (`api="http"`) and limits. Off unless `--check-addr` is given.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -16,19 +15,14 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use sluice_engine::Decision;
 use sluice_proto::envoy::auth::attribute_context::{self, HttpRequest, Peer};
 use sluice_proto::envoy::auth::check_response::HttpResponse;
 use sluice_proto::envoy::auth::{AttributeContext, CheckRequest, CheckResponse};
 use sluice_proto::envoy::core::{Address, HeaderValueOption, SocketAddress, address};
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::transport::server::Connected as _;
 
 use crate::authz::Authz;
 use crate::handler::{self, Intake, Wire};
@@ -51,49 +45,14 @@ pub const DENY_STATUS_HEADER: &str = "x-sluice-deny-status";
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
     let limits = &state.limits;
     // A proxy is one peer with many connections: only the total is capped.
-    let mut incoming = CappedIncoming::new(
+    let incoming = CappedIncoming::new(
         listener,
         (limits.max_connections, limits.max_connections),
         limits.tcp_keepalive,
         state.metrics.refusals("check_connections_per_peer"),
     );
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = incoming.next() => a,
-        };
-        let stream = match accepted {
-            None => return,
-            Some(Ok(stream)) => stream,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "check port accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let tasks = state.background.tasks.clone();
-        let state = Arc::clone(&state);
-        let stop = stop.clone();
-        let header_timeout = state.limits.admin_header_timeout;
-        let peer = stream.connect_info().remote_addr();
-        tasks.spawn(async move {
-            let service = service_fn(move |req| {
-                let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(check(&state, req, peer).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                r = conn => if let Err(e) = r {
-                    tracing::debug!(error = %e, "check connection ended with an error");
-                },
-            }
-        });
-    }
+    let answer = |state: Arc<AppState>, req, peer| async move { check(&state, req, peer).await };
+    crate::http1::serve(incoming, state, stop, "check", Some(MAX_HEAD_BYTES), answer).await;
 }
 
 /// ext_authz's wire, counted as `api="http"`.

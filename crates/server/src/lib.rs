@@ -29,6 +29,7 @@ pub mod forward;
 pub mod handler;
 pub mod headers;
 pub mod holds;
+mod http1;
 pub mod incoming;
 pub mod limits;
 pub mod metrics;
