@@ -1,7 +1,9 @@
 //! Real Redis for tests: a standalone container and a 3-master Redis Cluster, via testcontainers.
 //!
-//! The image is `redis:7.0` unless `SLUICE_TEST_REDIS_IMAGE` names another (`name:tag`). No image
-//! is pulled here: CI builds a local stand-in under the public name first (see `.ci/run`).
+//! The image is `redis:7.0` unless `SLUICE_TEST_REDIS_IMAGE` names another (`name:tag`;
+//! `valkey/valkey:9.1` in CI's second run of the Redis suites). The image must have `redis-server`
+//! and `redis-cli` (Valkey's official image links them). No image is pulled here: CI builds local
+//! stand-ins under the public names first (see `.ci/run` and `scripts/valkey-image.sh`).
 
 use std::net::TcpListener;
 use std::time::Duration;
