@@ -22,13 +22,28 @@ serve() {
   exit 1
 }
 
+# Waits until each of PORTS answers 200 to `GET /` with x-client: hot (10 s each); else prints
+# LOGS and exits: wait_200 "PORTS" LOGS...
+wait_200() {
+  local port ok
+  for port in $1; do
+    ok=""
+    for _ in $(seq 100); do
+      [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] && { ok=1; break; }
+      sleep 0.1
+    done
+    [ -n "$ok" ] || { echo "${0##*/}: port $port does not answer 200" >&2; shift; cat "$@" >&2; exit 1; }
+  done
+}
+
 # Resident memory of process PID, in KiB: rss_kb PID
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 # Starts the benchmark pair on the same stack: sluice on a config whose one rule (`client`, from
 # the descriptor or ext_authz's x-client header) is never reached, and the no-op handler.
 # bench_servers WORK SLUICE_GRPC_PORT SLUICE_ADMIN_PORT NOOP_PORT; appends both pids to `pids`.
-# SLUICE_BIN names another sluice binary to measure (an older build, for an A/B in one sitting).
+# SLUICE_BIN names another sluice binary to measure (an older build, for an A/B in one sitting);
+# SLUICE_ARGS and NOOP_ARGS add arguments to each server's command line.
 bench_servers() {
   local work=$1
   cat >"$work/sluice.yaml" <<'YAML'
@@ -44,9 +59,9 @@ authz:
 engine: {max_keys: 2000000}
 YAML
   serve "$2" "$work/sluice.log" "${SLUICE_BIN:-./target/release/sluice}" serve --config "$work/sluice.yaml" \
-    --grpc-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --reload-interval 0s
+    --grpc-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --reload-interval 0s ${SLUICE_ARGS:-}
   pids+=("$SERVED_PID")
-  serve "$4" "$work/noop.log" ./target/release/noop-rls --addr "127.0.0.1:$4"
+  serve "$4" "$work/noop.log" ./target/release/noop-rls --addr "127.0.0.1:$4" ${NOOP_ARGS:-}
   pids+=("$SERVED_PID")
 }
 

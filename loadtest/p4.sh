@@ -39,14 +39,7 @@ listener() { # name port filter(none|authz|ratelimit) cluster
 } >"$work/envoy.yaml"
 serve 18600 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart
 pids+=("$SERVED_PID")
-for port in 18600 18601 18602 18603 18604; do
-  for _ in $(seq 100); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] && break
-    sleep 0.1
-  done
-  [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] ||
-    { echo "p4: listener $port does not answer 200"; cat "$work/envoy.log" "$work/sluice.log"; exit 1; }
-done
+wait_200 "18600 18601 18602 18603 18604" "$work/envoy.log" "$work/sluice.log"
 
 stamp="$(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores), Envoy --concurrency $ENVOY_CONCURRENCY, wrk -d $DURATION"
 {

@@ -92,14 +92,7 @@ bench_servers "$work" 18781 18780 18782
 serve 18700 "$work/envoy.log" "$envoy" -c "$work/envoy.yaml" --concurrency "$ENVOY_CONCURRENCY" -l warn --disable-hot-restart --base-id 71
 pids+=("$SERVED_PID")
 # Every listener answers 200 (RLQS: once sluice's first assignment for the bucket arrived).
-for port in 18700 18701 18702 18703; do
-  ok=""
-  for _ in $(seq 100); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-client: hot' "127.0.0.1:$port/")" = 200 ] && { ok=1; break; }
-    sleep 0.1
-  done
-  [ -n "$ok" ] || { echo "rlqs: listener $port does not answer 200"; cat "$work/envoy.log" "$work/sluice.log"; exit 1; }
-done
+wait_200 "18700 18701 18702 18703" "$work/envoy.log" "$work/sluice.log"
 
 stamp="$(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) ($(nproc) cores), Envoy --concurrency $ENVOY_CONCURRENCY, wrk -d $DURATION"
 {

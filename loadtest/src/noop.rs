@@ -1,7 +1,9 @@
 //! The P2 baseline: a gRPC server on the same stack as sluice (tonic, reflection) whose
-//! `ShouldRateLimit` and `Check` answer OK without deciding anything.
+//! `ShouldRateLimit` and `Check` answer OK without deciding anything; with `--http-addr`, also
+//! the P15 baseline: an HTTP/1.1 forward-auth check on the same stack as sluice's
+//! (`--check-addr`: hyper's http1 server, one task per connection) answering 200 to anything.
 //!
-//! `noop-rls --addr 127.0.0.1:18181`
+//! `noop-rls --addr 127.0.0.1:18181 [--http-addr 127.0.0.1:18182]`
 
 use std::net::SocketAddr;
 
@@ -21,6 +23,9 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:18181")]
     addr: SocketAddr,
+    /// Address of the HTTP check (none unless given).
+    #[arg(long)]
+    http_addr: Option<SocketAddr>,
 }
 
 struct Noop;
@@ -50,6 +55,29 @@ impl Authorization for Noop {
     }
 }
 
+/// Answers every HTTP/1.1 request on `addr` with an empty 200, as sluice's check port serves
+/// its connections (hyper http1, nodelay, a header timeout).
+async fn http_check(addr: SocketAddr) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        tokio::spawn(async move {
+            let ok = hyper::service::service_fn(|_req| async {
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::new(),
+                )))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(5))
+                .serve_connection(TokioIo::new(stream), ok)
+                .await;
+        });
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -59,13 +87,19 @@ async fn main() -> anyhow::Result<()> {
     let reflection_alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(reflection)
-        .add_service(reflection_alpha)
-        .add_service(RateLimitServiceServer::new(Noop))
-        .add_service(AuthorizationServer::new(Noop))
-        .serve(args.addr)
-        .await?;
-    Ok(())
+    let grpc = async {
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(reflection)
+            .add_service(reflection_alpha)
+            .add_service(RateLimitServiceServer::new(Noop))
+            .add_service(AuthorizationServer::new(Noop))
+            .serve(args.addr)
+            .await
+            .map_err(anyhow::Error::from)
+    };
+    match args.http_addr {
+        Some(addr) => tokio::try_join!(grpc, http_check(addr)).map(|_| ()),
+        None => grpc.await,
+    }
 }
