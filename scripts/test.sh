@@ -12,8 +12,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # The Redis store's suites again on Valkey 9.1 (the Lua = Rust conformance cases, Redis Cluster,
 # holds, faults, ACL rights), all but TLS: the Valkey build this machine can download has none.
+# (`--workspace` reuses the build above; `-p sluice-redis` would rebuild with other features.
+# It also reruns crates/server/tests/holds.rs, which shares a name and needs no Redis.)
 scripts/valkey-image.sh
-SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 cargo test -p sluice-redis --locked --test acl --test batch \
+SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 cargo test --workspace --locked --test acl --test batch \
   --test conformance --test conformance_props --test demand --test faults --test global \
   --test heartbeat --test holds --test holds_props --test post_paid --test pushed_resets --test top
 # README's quick start and the Envoy walkthrough, run as written, their output checked.
