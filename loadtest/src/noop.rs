@@ -1,9 +1,12 @@
-//! The P2 baseline: a gRPC server on the same stack as sluice (tonic, reflection) whose
-//! `ShouldRateLimit` and `Check` answer OK without deciding anything; with `--http-addr`, also
+//! The P2 baseline: a gRPC server on the same stack as sluice (tonic's services and reflection,
+//! served by sluice's gRPC server, `sluice_server::grpc`, each connection in one task, and the
+//! same allocator) whose `ShouldRateLimit` and `Check` answer OK without deciding anything;
+//! with `--tonic-server`, on tonic's own server instead (the floor before issue 29, for
+//! comparison); with `--http-addr`, also
 //! the P15 baseline: an HTTP/1.1 forward-auth check on the same stack as sluice's
 //! (`--check-addr`: hyper's http1 server, one task per connection) answering 200 to anything.
 //!
-//! `noop-rls --addr 127.0.0.1:18181 [--http-addr 127.0.0.1:18182]`
+//! `noop-rls --addr 127.0.0.1:18181 [--http-addr 127.0.0.1:18182] [--tonic-server]`
 
 use std::net::SocketAddr;
 
@@ -26,7 +29,14 @@ struct Args {
     /// Address of the HTTP check (none unless given).
     #[arg(long)]
     http_addr: Option<SocketAddr>,
+    /// Serve gRPC with tonic's own server (a task per stream), not sluice's.
+    #[arg(long)]
+    tonic_server: bool,
 }
+
+/// As sluice's binary: the allocator is part of the stack being compared.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 struct Noop;
 
@@ -88,15 +98,31 @@ async fn main() -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(sluice_proto::ENVOY_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let grpc = async {
-        tonic::transport::Server::builder()
-            .tcp_nodelay(true)
+        if args.tonic_server {
+            return tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(reflection)
+                .add_service(reflection_alpha)
+                .add_service(RateLimitServiceServer::new(Noop))
+                .add_service(AuthorizationServer::new(Noop))
+                .serve(args.addr)
+                .await
+                .map_err(anyhow::Error::from);
+        }
+        let mut routes = tonic::service::Routes::builder();
+        routes
             .add_service(reflection)
             .add_service(reflection_alpha)
             .add_service(RateLimitServiceServer::new(Noop))
-            .add_service(AuthorizationServer::new(Noop))
-            .serve(args.addr)
-            .await
-            .map_err(anyhow::Error::from)
+            .add_service(AuthorizationServer::new(Noop));
+        let listener = tokio::net::TcpListener::bind(args.addr).await?;
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let limits = sluice_server::limits::Limits::default();
+        let settings = sluice_server::grpc::GrpcSettings::new(&limits, None);
+        let never = tokio_util::sync::CancellationToken::new();
+        sluice_server::grpc::serve(incoming, routes.routes(), settings, never).await;
+        Ok(())
     };
     match args.http_addr {
         Some(addr) => tokio::try_join!(grpc, http_check(addr)).map(|_| ()),

@@ -18,6 +18,8 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
 //! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
 //! - [`reload`]: live config reload by polling file contents.
+//! - [`grpc`]: the gRPC port's server (accept, TLS, HTTP/2, deadlines, graceful shutdown),
+//!   serving each connection with its streams in one task ([`one_task`]).
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
 pub mod admin;
@@ -26,6 +28,7 @@ pub mod authz;
 pub mod denials;
 pub mod durations;
 pub mod forward;
+pub mod grpc;
 pub mod handler;
 pub mod headers;
 pub mod holds;
@@ -33,6 +36,7 @@ mod http1;
 pub mod incoming;
 pub mod limits;
 pub mod metrics;
+pub mod one_task;
 pub mod quota;
 pub mod reload;
 pub mod rlqs;

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
 use crate::authz::Authz;
+use crate::grpc::GrpcSettings;
 use crate::holds::HoldsService;
 use crate::incoming::CappedIncoming;
 use crate::quota::QuotaService;
@@ -51,8 +52,8 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Live reload of the config, if wanted.
     pub reload: Option<(ReloadOptions, ReloadMetrics)>,
-    /// TLS (and mutual TLS) on the gRPC port.
-    pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// TLS (and mutual TLS) on the gRPC port ([`crate::grpc::tls_config`]).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for ServeOptions {
@@ -69,9 +70,6 @@ impl Default for ServeOptions {
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
     /// The reflection service could not be built from the descriptor sets.
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
@@ -145,17 +143,9 @@ pub async fn serve_with_check(
         Arc::clone(&state.engine).maintain_until(stop_maintenance.clone().cancelled_owned()),
     );
 
-    let grpc_stop = stop_grpc.clone();
     let limits = &state.limits;
-    let mut builder = tonic::transport::Server::builder()
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .timeout(limits.request_timeout);
-    if let Some(tls) = options.tls.clone() {
-        builder = builder.tls_config(tls.timeout(limits.tls_handshake_timeout))?;
-    }
-    let router = builder
+    let mut routes = tonic::service::Routes::builder();
+    routes
         .add_service(health_service)
         .add_service(reflection.build_v1()?)
         .add_service(reflection_alpha.build_v1alpha()?)
@@ -167,6 +157,7 @@ pub async fn serve_with_check(
         .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))))
         .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))))
         .add_service(HoldsServer::new(HoldsService::new(Arc::clone(&state))));
+    let settings = GrpcSettings::new(limits, options.tls.clone());
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s
     // instead of tens of thousands), and at most `max_connections` open.
     let incoming = CappedIncoming::new(
@@ -180,11 +171,11 @@ pub async fn serve_with_check(
         limits.preface_timeout,
         state.metrics.refusals("grpc_preface_timeout"),
     );
-    let grpc_server = router.serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned());
+    let grpc_server = crate::grpc::serve(incoming, routes.routes(), settings, stop_grpc.clone());
     tokio::pin!(grpc_server);
 
     let result = tokio::select! {
-        r = &mut grpc_server => r.map_err(ServeError::from),
+        () = &mut grpc_server => Ok(()),
         () = shutdown => {
             tracing::info!("shutting down: reporting NOT_SERVING and draining");
             state.start_draining();
@@ -195,7 +186,7 @@ pub async fn serve_with_check(
             let _ = tokio::time::timeout(options.drain_delay, &mut grpc_server).await;
             stop_grpc.cancel();
             match tokio::time::timeout(options.shutdown_grace, &mut grpc_server).await {
-                Ok(r) => r.map_err(ServeError::from),
+                Ok(()) => Ok(()),
                 Err(_) => {
                     tracing::warn!(grace = ?options.shutdown_grace, "in-flight requests outlived the grace period");
                     Ok(())

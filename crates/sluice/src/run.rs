@@ -119,14 +119,18 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             tls = tls_mode,
             "sluice serving"
         );
-        let tls = config.tls.as_ref().map(|t| {
-            let identity = tonic::transport::Identity::from_pem(&t.cert_pem, &t.key_pem);
-            let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
-            if let Some(ca) = &t.client_ca_pem {
-                tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-            }
-            tls
-        });
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|t| {
+                sluice_server::grpc::tls_config(
+                    t.cert_pem.as_ref(),
+                    t.key_pem.as_ref(),
+                    t.client_ca_pem.as_deref().map(AsRef::as_ref),
+                )
+            })
+            .transpose()
+            .context("the gRPC port's TLS")?;
         let options = ServeOptions {
             tls,
             drain_delay: args.drain_delay,

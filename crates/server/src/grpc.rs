@@ -1,0 +1,267 @@
+//! The gRPC port: accepted connections (capped, [`crate::incoming`]), TLS when configured, and
+//! HTTP/2 served by tonic's routes, each connection with its streams in one task
+//! ([`crate::one_task`]).
+//!
+//! tonic's own server spawns a task per stream, which costs a write and a wake-up per answer
+//! (see `one_task`); this loop is that server with the executor swapped, and the server
+//! features sluice uses kept: HTTP/2 settings (concurrent streams, keepalive pings), a deadline
+//! per request (the smaller of `limits.request_timeout` and the client's `grpc-timeout`;
+//! `DEADLINE_EXCEEDED` past it),
+//! TLS with a handshake deadline, the peer's address (and certificates) in each request's
+//! extensions, and a graceful shutdown.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::Status;
+use tonic::body::Body;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower_service::Service as _;
+
+use crate::one_task::{OneTask, Streams};
+
+/// How the port serves its connections.
+#[derive(Clone)]
+pub struct GrpcSettings {
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// How often an idle connection is pinged.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// The longest one request may take (a client's `grpc-timeout` may make it shorter).
+    pub request_timeout: Duration,
+    /// TLS, and the longest its handshake may take.
+    pub tls: Option<(Arc<ServerConfig>, Duration)>,
+}
+
+impl GrpcSettings {
+    /// The settings `limits` give the gRPC port, with `tls` if given.
+    pub fn new(limits: &crate::limits::Limits, tls: Option<Arc<ServerConfig>>) -> Self {
+        Self {
+            max_concurrent_streams: limits.max_concurrent_streams,
+            keepalive_interval: limits.keepalive_interval,
+            keepalive_timeout: limits.keepalive_timeout,
+            request_timeout: limits.request_timeout,
+            tls: tls.map(|config| (config, limits.tls_handshake_timeout)),
+        }
+    }
+}
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS: {0}")]
+pub struct TlsError(String);
+
+/// The server side of TLS for `cert_pem` (a chain) and `key_pem`, requiring client certificates
+/// signed by `client_ca_pem` if given (mutual TLS), offering HTTP/2 by ALPN.
+pub fn tls_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    client_ca_pem: Option<&[u8]>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    use tokio_rustls::rustls::{RootCertStore, server::WebPkiClientVerifier};
+    let bad = |what: &str, e: &dyn std::fmt::Display| TlsError(format!("{what}: {e}"));
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad("private key", &e))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("protocol versions", &e))?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca) {
+                roots
+                    .add(cert.map_err(|e| bad("client CA", &e))?)
+                    .map_err(|e| bad("client CA", &e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| bad("client CA", &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("certificate and key", &e))?;
+    config.alpn_protocols.push(b"h2".to_vec());
+    Ok(Arc::new(config))
+}
+
+/// Serves `routes` on the connections `incoming` yields until `stop` is cancelled; then stops
+/// accepting (dropping `incoming` closes the port), shuts every connection down gracefully (new
+/// streams refused, open ones finished) and returns once all are closed.
+pub async fn serve<I, IO>(
+    incoming: I,
+    routes: Routes,
+    settings: GrpcSettings,
+    stop: CancellationToken,
+) where
+    I: Stream<Item = io::Result<IO>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let connections = TaskTracker::new();
+    {
+        let mut incoming = std::pin::pin!(incoming);
+        loop {
+            let io = tokio::select! {
+                () = stop.cancelled() => break,
+                io = incoming.next() => match io {
+                    Some(Ok(io)) => io,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "gRPC: accept failed");
+                        continue;
+                    }
+                    None => break,
+                },
+            };
+            let (routes, settings, stop) = (routes.clone(), settings.clone(), stop.clone());
+            connections.spawn(async move {
+                match settings.tls.clone() {
+                    None => {
+                        let info = io.connect_info();
+                        connection(io, info, routes, &settings, stop).await;
+                    }
+                    Some((config, deadline)) => {
+                        let handshake = tokio_rustls::TlsAcceptor::from(config).accept(io);
+                        match tokio::time::timeout(deadline, handshake).await {
+                            Ok(Ok(tls)) => {
+                                let info = tls.connect_info();
+                                connection(tls, info, routes, &settings, stop).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(error = %e, "gRPC: TLS handshake failed"),
+                            Err(_) => tracing::debug!("gRPC: TLS handshake timed out"),
+                        }
+                    }
+                }
+            });
+        }
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// Serves one connection until it closes, or, once `stop` is cancelled, until its open streams
+/// are done. `info` (the peer's address, and certificates over TLS) goes into every request,
+/// where tonic's `remote_addr()` and `peer_certs()` find it.
+async fn connection<IO, Info>(
+    io: IO,
+    info: Info,
+    routes: Routes,
+    settings: &GrpcSettings,
+    stop: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Info: Clone + Send + Sync + 'static,
+{
+    let limit = settings.request_timeout;
+    let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        req.extensions_mut().insert(info.clone());
+        let mut routes = routes.clone();
+        async move {
+            let deadline = grpc_timeout(req.headers()).map_or(limit, |t| t.min(limit));
+            let answer = async {
+                std::future::poll_fn(|cx| {
+                    tower_service::Service::<http::Request<Body>>::poll_ready(&mut routes, cx)
+                })
+                .await?;
+                routes.call(req.map(Body::new)).await
+            };
+            match tokio::time::timeout(deadline, answer).await {
+                Ok(result) => result,
+                // (tonic's own server answers CANCELLED "Timeout expired"; a deadline is what
+                // was exceeded.)
+                Err(_) => Ok(Status::deadline_exceeded(format!(
+                    "no answer within {deadline:?} (the smaller of limits.request_timeout and \
+                     the request's grpc-timeout)"
+                ))
+                .into_http()),
+            }
+        }
+    });
+    let streams = Streams::default();
+    let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .keep_alive_interval(settings.keepalive_interval)
+        .keep_alive_timeout(settings.keepalive_timeout);
+    let mut task = OneTask::new(
+        builder.serve_connection(TokioIo::new(io), service),
+        &streams,
+    );
+    let served = tokio::select! {
+        served = &mut task => served,
+        () = stop.cancelled() => {
+            task.connection().graceful_shutdown();
+            task.await
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "gRPC: connection ended with an error");
+    }
+}
+
+/// The client's deadline from `grpc-timeout` (digits, then a unit: `H`, `M`, `S`, `m`, `u`,
+/// `n`); `None` if absent or malformed (the header is then ignored, as tonic ignores it).
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    // `to_str` only passes visible ASCII: splitting at the last byte splits at a character.
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    // At most 8 digits (the gRPC spec's bound), so nothing below overflows.
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(value: &str) -> Option<Duration> {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-timeout", value.parse().expect("header value"));
+        grpc_timeout(&h)
+    }
+
+    #[test]
+    fn grpc_timeout_units_and_malformed_values() {
+        assert_eq!(timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        assert_eq!(
+            timeout("99999999H"),
+            Some(Duration::from_secs(99_999_999 * 3600))
+        );
+        for bad in ["", "m", "123456789m", "12x", "-1m", "1.5S", "１m"] {
+            assert_eq!(timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+    }
+}
