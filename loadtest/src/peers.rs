@@ -9,6 +9,8 @@
 // A command-line report: printing is its output.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[allow(dead_code)] // peers reads only some of a run
+mod ghz;
 #[allow(dead_code)] // peers needs only some of it
 mod sidecars;
 
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ghz::home;
 use sluice_testkit::process::{Sluice, free_port};
 use sluice_testkit::redis::Cluster;
 
@@ -67,83 +70,6 @@ fn request(n: usize, values: u32) -> String {
         })
         .collect();
     format!(r#"{{"domain":"bench","descriptors":[{}]}}"#, ds.join(","))
-}
-
-fn home(path: &str) -> String {
-    match path.strip_prefix("~/") {
-        Some(rest) => format!("{}/{rest}", std::env::var("HOME").unwrap_or_default()),
-        None => path.to_string(),
-    }
-}
-
-/// ghz's `--proto` and `-i` for RLS v3, from the envoy-types crate's proto tree in the cargo
-/// registry (envoyproxy/ratelimit serves no reflection; both services are called the same way).
-fn proto_args() -> anyhow::Result<Vec<String>> {
-    let cargo = std::env::var("CARGO_HOME").unwrap_or_else(|_| home("~/.cargo"));
-    let mut found = Vec::new();
-    for index in std::fs::read_dir(format!("{cargo}/registry/src"))?.flatten() {
-        for krate in std::fs::read_dir(index.path())?.flatten() {
-            if krate
-                .file_name()
-                .to_string_lossy()
-                .starts_with("envoy-types-")
-            {
-                found.push(krate.path().join("proto"));
-            }
-        }
-    }
-    found.sort();
-    let Some(root) = found.pop() else {
-        bail!("envoy-types' protos not found under {cargo}/registry/src (cargo build first)");
-    };
-    let mut imports: Vec<String> = std::fs::read_dir(&root)?
-        .flatten()
-        .map(|d| d.path().display().to_string())
-        .collect();
-    imports.sort();
-    Ok(vec![
-        "--proto".into(),
-        root.join("data-plane-api/envoy/service/ratelimit/v3/rls.proto")
-            .display()
-            .to_string(),
-        "-i".into(),
-        imports.join(","),
-    ])
-}
-
-/// One ghz run: (req/s, p99 ms, errors).
-fn ghz(bin: &str, addr: &str, data: &str, load: &[&str]) -> anyhow::Result<(f64, f64, u64)> {
-    let out = Command::new(home(bin))
-        .args(proto_args()?)
-        .args([
-            "--insecure",
-            "--call",
-            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-            "-d",
-            data,
-            "-O",
-            "json",
-        ])
-        .args(load)
-        .arg(addr)
-        .output()
-        .context("run ghz")?;
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "ghz answered no JSON: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    let p99 = r["latencyDistribution"]
-        .as_array()
-        .and_then(|d| d.iter().find(|x| x["percentage"] == 99))
-        .and_then(|x| x["latency"].as_f64())
-        .unwrap_or(f64::NAN)
-        / 1e6;
-    let errors = r["errorDistribution"]
-        .as_object()
-        .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
-    Ok((r["rps"].as_f64().unwrap_or(0.0), p99, errors))
 }
 
 /// Commands clients sent to Redis, summed over the nodes. `INFO commandstats` also counts the
@@ -213,7 +139,7 @@ async fn measure(
 ) -> anyhow::Result<Vec<String>> {
     let mut rows = Vec::new();
     // Warm-up: connections, scripts, the first lease of the hottest keys.
-    ghz(
+    ghz::rls(
         &args.ghz,
         addr,
         &request(10, args.values),
@@ -224,7 +150,9 @@ async fn measure(
         let scripts_only = name == "sluice";
         let before = commands(ports, scripts_only).await?;
         let fixed = format!("{}s", args.seconds);
-        let (rps, p99, errors) = ghz(
+        let ghz::Run {
+            rps, p99, errors, ..
+        } = ghz::rls(
             &args.ghz,
             addr,
             &data,
@@ -233,8 +161,8 @@ async fn measure(
         let per_decision = (commands(ports, scripts_only).await? - before) as f64
             / (rps * args.seconds as f64).max(1.0);
         let sat = format!("{}s", args.saturate_seconds);
-        let (sat_rps, sat_p99, sat_errors) =
-            ghz(&args.ghz, addr, &data, &["-c", "50", "-z", &sat])?;
+        let saturated = ghz::rls(&args.ghz, addr, &data, &["-c", "50", "-z", &sat])?;
+        let (sat_rps, sat_p99, sat_errors) = (saturated.rps, saturated.p99, saturated.errors);
         rows.push(format!(
             "| {name} | {n} | {p99:.2} ms ({rps:.0} req/s, {errors} errors) | {sat_rps:.0} (p99 {sat_p99:.2} ms, {sat_errors} errors) | {per_decision:.3} |"
         ));

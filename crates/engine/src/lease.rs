@@ -149,8 +149,13 @@ impl Leaser {
             return;
         }
         // Single flight: one store call per key at a time; the others wait for its result
-        // (until the deadline) and then spend from the lease it brought.
-        let Some(_flight) = until(deadline, self.flight(&bucket).lock()).await else {
+        // (until the deadline) and then spend from the lease it brought. In exact mode a waiter
+        // says what it needs, so the next call asks for every waiter at once.
+        let waiting =
+            (charge.info.mode == Mode::Exact).then(|| ExactWaiter::new(&bucket, charge.hits));
+        let flight = until(deadline, self.flight(&bucket).lock()).await;
+        drop(waiting);
+        let Some(_flight) = flight else {
             charge.store = down(charge);
             return;
         };
@@ -212,8 +217,16 @@ impl Leaser {
             let seen = state
                 .spent_since_lease
                 .saturating_add(u64::from(state.denied_since_lease));
+            // Exact mode: what this request lacks, and what the requests waiting behind it need.
+            let waiting = match charge.info.mode {
+                Mode::Exact => state.rare().exact_waiting,
+                _ => 0,
+            };
             (
-                charge.hits.saturating_sub(state.lease),
+                charge
+                    .hits
+                    .saturating_sub(state.lease)
+                    .saturating_add(waiting),
                 f64::from(state.demand_per_sec),
                 state.far_from_limit(&bucket.rate, now),
                 (state.queued || state.denied_since_lease > 0).then_some(seen),
@@ -264,7 +277,7 @@ impl Leaser {
 
     /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
     /// `max_lease_fraction` of the burst (unless `missing` itself is more). Exact mode asks for
-    /// exactly what is missing.
+    /// exactly what is missing (its own request's and those waiting behind it).
     fn lease_size(&self, mode: Mode, burst: u64, missing: u64, demand_per_sec: f64) -> u64 {
         if mode == Mode::Exact {
             return missing;
@@ -475,4 +488,29 @@ fn down(charge: &Charge<'_>) -> StoreStatus {
 /// A duration in microseconds, saturating (config bounds durations, but never wrap here).
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// An exact-mode request waiting for another request's store call on its key: its hits count in
+/// the key's `exact_waiting` (so the next call asks for them too) until it stops waiting, also
+/// when its future is dropped (a client gone), so a count never outlives its waiter.
+struct ExactWaiter<'a> {
+    bucket: &'a LeaseBucket,
+    hits: u64,
+}
+
+impl<'a> ExactWaiter<'a> {
+    fn new(bucket: &'a LeaseBucket, hits: u64) -> Self {
+        let mut state = bucket.lock();
+        let waiting = &mut state.rare_mut().exact_waiting;
+        *waiting = waiting.saturating_add(hits);
+        Self { bucket, hits }
+    }
+}
+
+impl Drop for ExactWaiter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.bucket.lock();
+        let waiting = &mut state.rare_mut().exact_waiting;
+        *waiting = waiting.saturating_sub(self.hits);
+    }
 }

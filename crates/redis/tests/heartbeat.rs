@@ -10,31 +10,6 @@ use std::time::Duration;
 use sluice_engine::GlobalStore;
 use sluice_redis::RedisStore;
 
-/// Script calls Redis has run so far (`INFO commandstats`: EVALSHA and EVAL).
-async fn script_calls(url: &str) -> u64 {
-    let client = redis::Client::open(url).expect("client");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 async fn wait_for(stores: &[Arc<RedisStore>], live: u64, within: Duration) {
     let deadline = std::time::Instant::now() + within;
     while stores.iter().any(|s| s.live_instances() != live) {
@@ -58,14 +33,14 @@ async fn a_large_fleet_beats_within_the_budget_and_counts_itself() {
     // The first beats are at the configured interval; by 3 s each was told 60/20 = 3 s.
     wait_for(&stores, 60, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = script_calls(&redis.url()).await;
+    let before = common::script_calls(&redis.url()).await;
     // Every instance keeps counting all 60 while it beats only every 3 s.
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let counts: Vec<u64> = stores.iter().map(|s| s.live_instances()).collect();
         assert!(counts.iter().all(|&n| n == 60), "{counts:?}");
     }
-    let beats = script_calls(&redis.url()).await - before;
+    let beats = common::script_calls(&redis.url()).await - before;
     // 6 s at 20 a second is 120; at the configured interval it would be 1 800.
     assert!(
         (60..=180).contains(&beats),

@@ -85,6 +85,10 @@ pub struct Rare {
     /// Concurrency limits: returns of leased slots on their way to the store (its count of
     /// this instance's slots includes them until they land).
     pub returning: u32,
+    /// Exact mode: hits of the requests waiting for another request's store call on this key.
+    /// The call in flight's successor asks for them all at once, so concurrent requests of one
+    /// key share a round trip instead of queueing for one each.
+    pub exact_waiting: u64,
 }
 
 /// Every [`Rare`] field at its default.
@@ -100,6 +104,7 @@ const NO_RARE: Rare = Rare {
     holds: Vec::new(),
     hold_epoch: 0,
     returning: 0,
+    exact_waiting: 0,
 };
 
 /// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).

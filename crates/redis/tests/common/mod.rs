@@ -77,3 +77,28 @@ pub async fn flush_scripts(url: &str) {
         .await
         .expect("flush");
 }
+
+/// Script calls the Redis at `url` has run so far (`INFO commandstats`: EVALSHA and EVAL).
+pub async fn script_calls(url: &str) -> u64 {
+    let client = redis::Client::open(url).expect("client");
+    let mut c = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
