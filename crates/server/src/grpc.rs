@@ -29,6 +29,7 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tower_service::Service as _;
 
+use crate::incoming::{FirstBytes, H2_PREFACE_BYTES};
 use crate::one_task::{OneTask, Streams};
 
 /// How the port serves its connections.
@@ -44,10 +45,18 @@ pub struct GrpcSettings {
     pub request_timeout: Duration,
     /// TLS, and the longest its handshake may take.
     pub tls: Option<(Arc<ServerConfig>, Duration)>,
+    /// The longest a connection may take to send the HTTP/2 preface (after the TLS handshake,
+    /// with TLS), and where a connection closed for it is counted: HTTP/2 pings only start
+    /// after it, so a silent connection would otherwise hold its place for good.
+    pub preface: Option<(Duration, prometheus::IntCounter)>,
+    /// Once shutdown begins, how long a connection's open streams may take to finish before
+    /// it is closed under them.
+    pub shutdown_grace: Duration,
 }
 
 impl GrpcSettings {
-    /// The settings `limits` give the gRPC port, with `tls` if given.
+    /// The settings `limits` give the gRPC port, with `tls` if given, no preface deadline and
+    /// a shutdown grace of 10 s.
     pub fn new(limits: &crate::limits::Limits, tls: Option<Arc<ServerConfig>>) -> Self {
         Self {
             max_concurrent_streams: limits.max_concurrent_streams,
@@ -55,7 +64,14 @@ impl GrpcSettings {
             keepalive_timeout: limits.keepalive_timeout,
             request_timeout: limits.request_timeout,
             tls: tls.map(|config| (config, limits.tls_handshake_timeout)),
+            preface: None,
+            shutdown_grace: Duration::from_secs(10),
         }
+    }
+
+    /// `io` with the preface deadline, if there is one.
+    fn preface_within<IO>(&self, io: IO) -> FirstBytes<IO> {
+        FirstBytes::new(io, H2_PREFACE_BYTES, self.preface.clone())
     }
 }
 
@@ -135,14 +151,21 @@ pub async fn serve<I, IO>(
                 match settings.tls.clone() {
                     None => {
                         let info = io.connect_info();
+                        let io = settings.preface_within(io);
                         connection(io, info, routes, &settings, stop).await;
                     }
                     Some((config, deadline)) => {
                         let handshake = tokio_rustls::TlsAcceptor::from(config).accept(io);
-                        match tokio::time::timeout(deadline, handshake).await {
+                        let handshake = tokio::select! {
+                            done = tokio::time::timeout(deadline, handshake) => done,
+                            // Shutting down: no new connection.
+                            () = stop.cancelled() => return,
+                        };
+                        match handshake {
                             Ok(Ok(tls)) => {
                                 let info = tls.connect_info();
-                                connection(tls, info, routes, &settings, stop).await;
+                                let io = settings.preface_within(tls);
+                                connection(io, info, routes, &settings, stop).await;
                             }
                             Ok(Err(e)) => tracing::debug!(error = %e, "gRPC: TLS handshake failed"),
                             Err(_) => tracing::debug!("gRPC: TLS handshake timed out"),
@@ -157,7 +180,7 @@ pub async fn serve<I, IO>(
 }
 
 /// Serves one connection until it closes, or, once `stop` is cancelled, until its open streams
-/// are done. `info` (the peer's address, and certificates over TLS) goes into every request,
+/// are done (closing it under them after `settings.shutdown_grace`). `info` (the peer's address, and certificates over TLS) goes into every request,
 /// where tonic's `remote_addr()` and `peer_certs()` find it.
 async fn connection<IO, Info>(
     io: IO,
@@ -209,7 +232,11 @@ async fn connection<IO, Info>(
         served = &mut task => served,
         () = stop.cancelled() => {
             task.connection().graceful_shutdown();
-            task.await
+            match tokio::time::timeout(settings.shutdown_grace, &mut task).await {
+                Ok(served) => served,
+                // Streams that outlive the grace (a watch, a stalled client) end with it.
+                Err(_) => Ok(()),
+            }
         }
     };
     if let Err(e) = served {

@@ -6,8 +6,10 @@
 //! A cap shared by every client is one a single client can fill, so two more bounds keep one
 //! client from shutting a port: no peer address holds more than its share of the places (a
 //! connection beyond it is closed as soon as it is accepted, and counted), and on the gRPC port
-//! a connection that has not sent the HTTP/2 preface within a deadline is closed (HTTP/2 pings
-//! only start after it, so a silent TCP connection used to hold its place for good).
+//! a connection that has not sent the HTTP/2 preface within a deadline is closed ([`FirstBytes`],
+//! which `crate::grpc` puts on the stream that carries HTTP/2: the TCP connection, or the TLS
+//! stream once its handshake is done). HTTP/2 pings only start after the preface, so a silent
+//! connection used to hold its place for good.
 
 use std::collections::HashMap;
 use std::io;
@@ -26,6 +28,41 @@ use tokio_stream::Stream;
 use tokio_util::sync::PollSemaphore;
 use tonic::transport::server::{Connected, TcpIncoming};
 
+/// `AsyncWrite` for a wrapper by its `io` field.
+macro_rules! delegate_write {
+    (impl[$($generics:tt)*] $ty:ty) => {
+        impl<$($generics)*> AsyncWrite for $ty {
+            fn poll_write(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                Pin::new(&mut self.io).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.io.is_write_vectored()
+            }
+
+            fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.io).poll_flush(cx)
+            }
+
+            fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.io).poll_shutdown(cx)
+            }
+        }
+    };
+}
+
 /// The HTTP/2 client preface (`PRI * HTTP/2.0…`): what a gRPC client sends first.
 pub const H2_PREFACE_BYTES: usize = 24;
 
@@ -37,8 +74,6 @@ pub struct CappedIncoming {
     peers: Arc<Peers>,
     /// Counts connections closed because their peer address held its share.
     refused: IntCounter,
-    /// A connection that has not sent this many bytes by then is closed (and counted).
-    first_bytes: Option<(usize, Duration, IntCounter)>,
 }
 
 /// Open connections per peer address.
@@ -99,20 +134,7 @@ impl CappedIncoming {
                 open: Mutex::default(),
             }),
             refused,
-            first_bytes: None,
         }
-    }
-
-    /// Closes a connection that has not sent `bytes` within `timeout` of being accepted (an
-    /// error on its next read), counted in `timed_out`.
-    pub fn first_bytes_within(
-        mut self,
-        bytes: usize,
-        timeout: Duration,
-        timed_out: IntCounter,
-    ) -> Self {
-        self.first_bytes = Some((bytes, timeout, timed_out));
-        self
     }
 }
 
@@ -143,17 +165,8 @@ impl Stream for CappedIncoming {
                 continue;
             };
             let permit = self.permit.take().expect("acquired above");
-            let first_bytes =
-                self.first_bytes
-                    .as_ref()
-                    .map(|(left, timeout, timed_out)| FirstBytes {
-                        left: *left,
-                        deadline: Box::pin(tokio::time::sleep(*timeout)),
-                        timed_out: timed_out.clone(),
-                    });
             return Poll::Ready(Some(Ok(Held {
                 io,
-                first_bytes,
                 _peer: slot,
                 _permit: permit,
             })));
@@ -164,16 +177,8 @@ impl Stream for CappedIncoming {
 /// An accepted connection holding its places until it is closed.
 pub struct Held {
     io: TcpStream,
-    /// Until the first bytes came: how many are still due, and by when.
-    first_bytes: Option<FirstBytes>,
     _peer: PeerSlot,
     _permit: OwnedSemaphorePermit,
-}
-
-struct FirstBytes {
-    left: usize,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    timed_out: IntCounter,
 }
 
 impl Connected for Held {
@@ -190,9 +195,60 @@ impl AsyncRead for Held {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+delegate_write!(impl[] Held);
+
+/// A stream that must deliver its first `bytes` within a deadline of being wrapped, or its next
+/// read fails (and is counted): the gRPC port's HTTP/2 preface, over TCP or after a TLS
+/// handshake. HTTP/2 pings only start after the preface, so without this a silent connection
+/// held its place for good.
+pub struct FirstBytes<IO> {
+    io: IO,
+    /// Until the first bytes came: how many are still due, and by when.
+    due: Option<Due>,
+}
+
+struct Due {
+    left: usize,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timed_out: IntCounter,
+}
+
+impl<IO> FirstBytes<IO> {
+    /// `io`, whose first `bytes` must arrive within `deadline`'s time (counted in its counter
+    /// if not); no deadline if `None`.
+    pub fn new(io: IO, bytes: usize, deadline: Option<(Duration, IntCounter)>) -> Self {
+        Self {
+            io,
+            due: deadline.map(|(timeout, timed_out)| Due {
+                left: bytes,
+                deadline: Box::pin(tokio::time::sleep(timeout)),
+                timed_out,
+            }),
+        }
+    }
+}
+
+impl<IO: Connected> Connected for FirstBytes<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for FirstBytes<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        let Some(due) = &mut self.first_bytes else {
+        let Some(due) = &mut self.due else {
             return polled;
         };
         match &polled {
@@ -201,14 +257,14 @@ impl AsyncRead for Held {
                 due.left = due.left.saturating_sub(read);
                 // All came, or the peer closed: no deadline any more.
                 if due.left == 0 || read == 0 {
-                    self.first_bytes = None;
+                    self.due = None;
                 }
             }
             Poll::Ready(Err(_)) => {}
             Poll::Pending => {
                 if due.deadline.as_mut().poll(cx).is_ready() {
                     due.timed_out.inc();
-                    self.first_bytes = None;
+                    self.due = None;
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "no HTTP/2 preface within the handshake deadline",
@@ -220,32 +276,4 @@ impl AsyncRead for Held {
     }
 }
 
-impl AsyncWrite for Held {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
+delegate_write!(impl[IO: AsyncWrite + Unpin] FirstBytes<IO>);

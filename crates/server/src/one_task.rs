@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use futures_util::FutureExt as _;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::task::AtomicWaker;
 
@@ -48,11 +49,20 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, future: F) {
+        // A stream that panics ends alone, as its own task would have: not the connection's
+        // task, which carries every other stream of the connection.
+        let isolated = std::panic::AssertUnwindSafe(future)
+            .catch_unwind()
+            .map(|ended| {
+                if ended.is_err() {
+                    tracing::error!("a gRPC stream panicked; its connection goes on");
+                }
+            });
         self.0
             .queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Box::pin(future));
+            .push(Box::pin(isolated));
         self.0.task.wake();
     }
 }
@@ -121,6 +131,18 @@ impl<C: Future> Future for OneTask<C> {
     }
 }
 
+impl<C> Drop for OneTask<C> {
+    /// Streams handed over but never picked up hold the executor, and so this handover: clear
+    /// it, or such a stream and its buffers would outlive the connection.
+    fn drop(&mut self) {
+        self.handover
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +198,24 @@ mod tests {
             .await
             .expect("the connection ended")
             .expect("no panic");
+    }
+
+    /// A stream that panics ends alone: the others of its connection still finish.
+    #[tokio::test]
+    async fn a_panicking_stream_ends_alone() {
+        let streams = Streams::default();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        streams.execute(async { panic!("a handler's bug") });
+        streams.execute(async move {
+            tokio::task::yield_now().await;
+            done_tx.send(()).expect("open");
+        });
+        let connection = std::future::poll_fn(move |cx| done_rx.poll_recv(cx).map(|_| ()));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            OneTask::new(connection, &streams),
+        )
+        .await
+        .expect("the other stream finished and the connection with it");
     }
 }

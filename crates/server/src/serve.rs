@@ -157,7 +157,14 @@ pub async fn serve_with_check(
         .add_service(QuotaServer::new(QuotaService::new(Arc::clone(&state))))
         .add_service(UsageServer::new(UsageService::new(Arc::clone(&state))))
         .add_service(HoldsServer::new(HoldsService::new(Arc::clone(&state))));
-    let settings = GrpcSettings::new(limits, options.tls.clone());
+    let settings = GrpcSettings {
+        preface: Some((
+            limits.preface_timeout,
+            state.metrics.refusals("grpc_preface_timeout"),
+        )),
+        shutdown_grace: options.shutdown_grace,
+        ..GrpcSettings::new(limits, options.tls.clone())
+    };
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s
     // instead of tens of thousands), and at most `max_connections` open.
     let incoming = CappedIncoming::new(
@@ -165,13 +172,13 @@ pub async fn serve_with_check(
         (limits.max_connections, limits.max_connections_per_peer),
         limits.tcp_keepalive,
         state.metrics.refusals("grpc_connections_per_peer"),
-    )
-    .first_bytes_within(
-        crate::incoming::H2_PREFACE_BYTES,
-        limits.preface_timeout,
-        state.metrics.refusals("grpc_preface_timeout"),
     );
-    let grpc_server = crate::grpc::serve(incoming, routes.routes(), settings, stop_grpc.clone());
+    let grpc_server = crate::grpc::serve(
+        incoming,
+        routes.routes().prepare(),
+        settings,
+        stop_grpc.clone(),
+    );
     tokio::pin!(grpc_server);
 
     let result = tokio::select! {
@@ -185,13 +192,16 @@ pub async fn serve_with_check(
             // Keep answering while callers notice NOT_SERVING; the server may also end on its own.
             let _ = tokio::time::timeout(options.drain_delay, &mut grpc_server).await;
             stop_grpc.cancel();
-            match tokio::time::timeout(options.shutdown_grace, &mut grpc_server).await {
-                Ok(()) => Ok(()),
-                Err(_) => {
-                    tracing::warn!(grace = ?options.shutdown_grace, "in-flight requests outlived the grace period");
-                    Ok(())
-                }
+            // Each connection closes by itself within the grace (`GrpcSettings::shutdown_grace`),
+            // cutting streams that outlive it; this wait only bounds a server that would not.
+            let started = tokio::time::Instant::now();
+            let backstop = options.shutdown_grace + Duration::from_secs(1);
+            if tokio::time::timeout(backstop, &mut grpc_server).await.is_err() {
+                tracing::warn!(grace = ?options.shutdown_grace, "gRPC connections outlived the grace period");
+            } else if started.elapsed() >= options.shutdown_grace {
+                tracing::warn!(grace = ?options.shutdown_grace, "in-flight requests outlived the grace period");
             }
+            Ok(())
         }
     };
     // gRPC answers no more: the engine stops its background refills, waits for those in flight

@@ -111,3 +111,52 @@ fn missing_or_bad_tls_files_are_config_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A client that completes the TLS handshake and then sends nothing (no HTTP/2 preface) is
+/// closed after the preface deadline (5 s), as a silent plaintext connection is: it cannot hold
+/// a connection's place for good.
+#[tokio::test]
+async fn a_tls_client_silent_after_its_handshake_is_closed() {
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+    use tokio_rustls::rustls::{self, pki_types::CertificateDer, pki_types::pem::PemObject};
+    let pki = Pki::new();
+    let s = common::start(&config(&pki, false));
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA"))
+        .expect("add CA");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(s.grpc)
+        .await
+        .expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+        .connect(name, tcp)
+        .await
+        .expect("the handshake completes");
+    let started = std::time::Instant::now();
+    // The server's own HTTP/2 settings come first; then, at the deadline, the end.
+    let closed = async {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = tls.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(15), closed)
+        .await
+        .expect("closed within 15 s");
+    let waited = started.elapsed();
+    assert!(
+        (std::time::Duration::from_secs(4)..std::time::Duration::from_secs(8)).contains(&waited),
+        "closed after {waited:?}"
+    );
+}
