@@ -89,9 +89,9 @@ trait BucketMap: Send + Sync {
 
 type Buckets<M> = Arc<M>;
 
-struct Dash(DashMap<key::BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>);
-struct Locked(Mutex<HashMap<key::BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>>);
-struct ReadWrite(RwLock<HashMap<key::BucketKey, Arc<LeaseBucket>, foldhash::fast::RandomState>>);
+struct Dash(DashMap<Box<[u8]>, LeaseBucket, foldhash::fast::RandomState>);
+struct Locked(Mutex<HashMap<Box<[u8]>, LeaseBucket, foldhash::fast::RandomState>>);
+struct ReadWrite(RwLock<HashMap<Box<[u8]>, LeaseBucket, foldhash::fast::RandomState>>);
 
 fn spend(b: &LeaseBucket) -> bool {
     let mut s = b.lock();
@@ -105,7 +105,7 @@ fn spend(b: &LeaseBucket) -> bool {
 
 impl BucketMap for Dash {
     fn take(&self, key: &[u8]) -> bool {
-        let b = self.0.get(key).map(|r| Arc::clone(r.value()));
+        let b = self.0.get(key).map(|r| r.value().clone());
         b.is_some_and(|b| spend(&b))
     }
 }
@@ -122,15 +122,15 @@ impl BucketMap for ReadWrite {
     }
 }
 
-fn entries(keys: usize) -> Vec<(key::BucketKey, Vec<u8>, Arc<LeaseBucket>)> {
+fn entries(keys: usize) -> Vec<(Box<[u8]>, Vec<u8>, LeaseBucket)> {
     let rate = Rate::per_unit(u64::MAX / 2, Unit::Second);
     (0..keys)
         .map(|i| {
             let e = [Entry::new("client", i.to_string())];
             let bytes = key::with_encoded(7, key::Values::Sent(&e), <[u8]>::to_vec);
-            let bucket = LeaseBucket::new(key::owned(&bytes), rate, Mode::Strict, 7, 0);
+            let bucket = LeaseBucket::new(&bytes, rate, Mode::Strict, 7, 0);
             bucket.lock().lease = u64::MAX / 2;
-            (key::owned(&bytes), bytes, Arc::new(bucket))
+            (bytes.clone().into(), bytes, bucket)
         })
         .collect()
 }
@@ -172,17 +172,17 @@ fn map_comparison(c: &mut Criterion) {
         let lookup: Arc<Vec<Vec<u8>>> = Arc::new(made.iter().map(|(_, b, _)| b.clone()).collect());
         let dash = Arc::new(Dash(
             made.iter()
-                .map(|(k, _, v)| (k.clone(), Arc::clone(v)))
+                .map(|(k, _, v)| (k.clone(), v.clone()))
                 .collect(),
         ));
         let locked = Arc::new(Locked(Mutex::new(
             made.iter()
-                .map(|(k, _, v)| (k.clone(), Arc::clone(v)))
+                .map(|(k, _, v)| (k.clone(), v.clone()))
                 .collect(),
         )));
         let rw = Arc::new(ReadWrite(RwLock::new(
             made.iter()
-                .map(|(k, _, v)| (k.clone(), Arc::clone(v)))
+                .map(|(k, _, v)| (k.clone(), v.clone()))
                 .collect(),
         )));
         for threads in [1usize, 2, 4] {

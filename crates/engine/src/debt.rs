@@ -28,7 +28,7 @@ use crate::store::{GlobalStore, StoreError, until};
 /// A bucket whose pending usage waits for the periodic flush.
 #[derive(Debug, Clone)]
 struct Queued {
-    bucket: Arc<LeaseBucket>,
+    bucket: LeaseBucket,
     store_key: Arc<str>,
     max_debt: u64,
 }
@@ -74,7 +74,7 @@ impl Debts {
                 continue;
             }
             let queued = || Queued {
-                bucket: Arc::clone(&charge.bucket),
+                bucket: charge.bucket.clone(),
                 store_key: Arc::from(charge.store_key()),
                 max_debt,
             };

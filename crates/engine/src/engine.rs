@@ -256,7 +256,7 @@ impl Engine {
             // cost_above_burst) must not push every other key off the list.
             if v.denial.is_some() && charge.info.rule.is_some() && !charge.info.shadow {
                 let hits = charge.hits.clamp(1, charge.info.rate.burst.max(1));
-                self.denied.note(charge.bucket.key.as_bytes(), hits);
+                self.denied.note(charge.bucket.key(), hits);
             }
             let metrics = &self.leaser.metrics;
             metrics.usage(UsageOutcome::Reported, charge.reported);

@@ -10,29 +10,12 @@
 //! collides (a keyless or weak hash would let a client forge a collision with a victim's value;
 //! a keyed one would differ between sidecars sharing Redis). Matching still sees the whole value.
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use sluice_core::Entry;
 use sluice_core::hash::{FNV_OFFSET, fnv1a};
-
-/// An owned bucket key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BucketKey(Box<[u8]>);
-
-impl Borrow<[u8]> for BucketKey {
-    fn borrow(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl BucketKey {
-    /// The encoded bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
 
 /// Longest value kept verbatim in a key, in bytes.
 pub const MAX_VALUE_IN_KEY: usize = 128;
@@ -132,11 +115,6 @@ pub fn with_encoded<T>(identity: u64, values: Values<'_>, f: impl FnOnce(&[u8]) 
     })
 }
 
-/// The owned key for `bytes`.
-pub fn owned(bytes: &[u8]) -> BucketKey {
-    BucketKey(bytes.into())
-}
-
 /// The global store's key for a bucket: `sluice:{<identity>:<values hash>}:<values>`.
 ///
 /// The `{…}` hash tag gives each bucket a Redis Cluster slot of its own, so buckets spread across
@@ -152,8 +130,7 @@ pub fn store_key(identity: u64, values: Values<'_>) -> String {
 /// same as [`store_key`] of that identity and the entries `key` was encoded from. Buckets do not
 /// keep their store key: it is made again for the rare store call, which saves its allocation on
 /// every tracked key.
-pub fn store_key_of(identity: u64, key: &BucketKey) -> String {
-    let bytes = key.as_bytes();
+pub fn store_key_of(identity: u64, bytes: &[u8]) -> String {
     let mut rest = bytes.get(8..).unwrap_or_default();
     let mut next = move || {
         let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
@@ -270,7 +247,7 @@ mod tests {
             &[("a", "b|c=d"), ("", "\u{e9}\n"), ("k", "")][..],
         ] {
             let e = entries(pairs);
-            let encoded = encoded_sent(0xfeed, &e, owned);
+            let encoded = encoded_sent(0xfeed, &e, <[u8]>::to_vec);
             assert_eq!(store_key_of(0xfeed, &encoded), sent_key(0xfeed, &e));
         }
     }
@@ -315,9 +292,9 @@ mod tests {
         assert!(sent_key(1, &entries(&[("k", &exactly)])).ends_with(&exactly));
         for v in [&a, &b, &exactly, &"é".repeat(100)] {
             let e = entries(&[("k", v)]);
-            let encoded = encoded_sent(1, &e, owned);
+            let encoded = encoded_sent(1, &e, <[u8]>::to_vec);
             // Identity, two length prefixes, the key `k`, at most 128 value bytes.
-            assert!(encoded.as_bytes().len() <= 8 + 2 * 4 + 1 + MAX_VALUE_IN_KEY);
+            assert!(encoded.len() <= 8 + 2 * 4 + 1 + MAX_VALUE_IN_KEY);
             assert_eq!(store_key_of(1, &encoded), sent_key(1, &e), "{v:.10}");
         }
         assert_eq!(

@@ -98,9 +98,9 @@ impl Leaser {
     }
 
     /// The single-flight lock of `bucket`.
-    fn flight(&self, bucket: &Arc<LeaseBucket>) -> &Arc<tokio::sync::Mutex<()>> {
+    fn flight(&self, bucket: &LeaseBucket) -> &Arc<tokio::sync::Mutex<()>> {
         // Fibonacci hashing of the allocation address: stable for the bucket's life.
-        let h = (Arc::as_ptr(bucket) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h = (bucket.addr() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         &self.flights[(h >> (64 - FLIGHTS.trailing_zeros())) as usize]
     }
 
@@ -144,7 +144,7 @@ impl Leaser {
         if charge.info.mode == Mode::Local || charge.store != StoreStatus::Up || !charge.checked {
             return;
         }
-        let bucket = Arc::clone(&charge.bucket);
+        let bucket = charge.bucket.clone();
         if self.covered(&bucket, charge.info.mode, charge.hits, now) {
             return;
         }
@@ -202,7 +202,7 @@ impl Leaser {
             state.global_known
                 && now.saturating_sub(state.global_read_at) < micros(self.settings.lease_horizon)
         } else {
-            state.lease >= hits || (mode == Mode::Strict && now < state.retry_at)
+            state.lease >= hits || (mode == Mode::Strict && now < state.retry_at())
         }
     }
 
@@ -423,7 +423,7 @@ impl Leaser {
                     }
                     None => (wait, self.longest_wait_without_turn()),
                 };
-                state.retry_at = now.saturating_add(wait.min(most));
+                state.set_retry_at(now.saturating_add(wait.min(most)));
             }
             lost_grant
         };

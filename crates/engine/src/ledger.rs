@@ -299,13 +299,13 @@ pub fn settle(
     let allowed = !terms.iter().zip(&paid).any(blocking);
     if !allowed && may_retry {
         // Leasing again helps only if every blocking bucket is a leased one that merely came up
-        // short (not starved: `retry_at` passed), and nothing blocks for good.
+        // short (not starved: `retry_at()` passed), and nothing blocks for good.
         let worth_it = terms
             .iter()
             .zip(&paid)
             .zip(states.iter())
             .all(|((t, p), s)| {
-                !blocking((t, p)) || (t.leased() && *p == Err(Denial::Empty) && now >= s.retry_at)
+                !blocking((t, p)) || (t.leased() && *p == Err(Denial::Empty) && now >= s.retry_at())
             });
         if worth_it {
             return Settlement::LeaseAgain;
@@ -335,7 +335,7 @@ pub fn settle(
                 refill_ahead = mode == Mode::Strict
                     && t.store == StoreStatus::Up
                     && s.lease_is_low()
-                    && now >= s.retry_at
+                    && now >= s.retry_at()
                     && !s.queued;
             }
             if !allowed && *p == Err(Denial::Empty) && t.leased() {
@@ -375,7 +375,7 @@ pub fn settle(
                         // leasing what is left before the store closes the window; at most a
                         // second, as for any starved key, so a reset is seen soon.
                         let end = sluice_core::window::until_window_end(&rate, now);
-                        s.retry_at = s.retry_at.max(now.saturating_add(end.min(1_000_000)));
+                        s.set_retry_at(s.retry_at().max(now.saturating_add(end.min(1_000_000))));
                     }
                 }
             }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use sluice_core::bucket::Algorithm;
 use sluice_core::descriptor::Hold;
@@ -25,9 +25,9 @@ use matching::{Found, Matched, matched};
 #[derive(Debug)]
 pub(crate) enum Slot {
     /// A tracked key.
-    Tracked(Arc<LeaseBucket>),
+    Tracked(LeaseBucket),
     /// An untracked bucket for a key with no room.
-    NoRoom(Arc<LeaseBucket>),
+    NoRoom(LeaseBucket),
 }
 
 /// The limits a descriptor charges. A count on a descriptor with a post-paid limit is usage
@@ -82,7 +82,7 @@ pub(crate) struct Settled {
 #[derive(Debug)]
 pub(crate) struct Charge<'d> {
     /// The bucket.
-    pub(crate) bucket: Arc<LeaseBucket>,
+    pub(crate) bucket: LeaseBucket,
     /// The identity the bucket is tracked by (its global bucket's is `bucket.identity`).
     pub(crate) identity: u64,
     /// The limit (the same for every descriptor on this bucket: the key includes the identity).
@@ -319,7 +319,7 @@ impl<'d> Plan<'d> {
     /// Sorts the charges by bucket address and points the descriptors at their new places.
     fn sort_for_locking(&mut self) {
         let mut order: SmallVec<[usize; 4]> = (0..self.charges.len()).collect();
-        order.sort_by_key(|&i| Arc::as_ptr(&self.charges[i].bucket) as usize);
+        order.sort_by_key(|&i| self.charges[i].bucket.addr());
         if order.iter().enumerate().all(|(to, &from)| to == from) {
             return;
         }

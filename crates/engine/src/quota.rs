@@ -210,7 +210,7 @@ pub struct TrackedPage {
 }
 
 /// A tracked key ordered by its bytes alone.
-struct ByKey(Vec<u8>, Arc<crate::bucket::LeaseBucket>);
+struct ByKey(Vec<u8>, crate::bucket::LeaseBucket);
 
 impl PartialEq for ByKey {
     fn eq(&self, other: &Self) -> bool {
@@ -263,15 +263,15 @@ pub(crate) fn tracked_page(
             return;
         }
         total += 1;
-        let bytes = key.as_bytes();
+        let bytes = key;
         if after.is_some_and(|a| bytes <= a) {
             return;
         }
         if smallest.len() <= size {
-            smallest.push(ByKey(bytes.to_vec(), Arc::clone(b)));
+            smallest.push(ByKey(bytes.to_vec(), b.clone()));
         } else if smallest.peek().is_some_and(|top| bytes < top.0.as_slice()) {
             smallest.pop();
-            smallest.push(ByKey(bytes.to_vec(), Arc::clone(b)));
+            smallest.push(ByKey(bytes.to_vec(), b.clone()));
         }
     });
     let mut page = smallest.into_sorted_vec();
@@ -282,13 +282,14 @@ pub(crate) fn tracked_page(
         .into_iter()
         .map(|ByKey(bytes, b)| {
             let (d, r) = owner(b.identity);
-            let store_key = key::store_key_of(b.identity, &key::owned(&bytes));
+            let store_key = key::store_key_of(b.identity, &bytes);
+            let state = b.lock();
             TrackedKey {
                 domain: d.to_string(),
                 rule: r.to_string(),
                 values: key::values_of(&store_key).to_string(),
-                mode: b.mode,
-                local_lease: b.lock().lease,
+                mode: state.mode,
+                local_lease: state.lease,
                 idle: Duration::from_micros(now.saturating_sub(b.last_used())),
             }
         })

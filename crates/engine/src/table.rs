@@ -10,7 +10,6 @@
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
@@ -18,7 +17,7 @@ use sluice_core::bucket::Algorithm;
 
 use crate::bucket::LeaseBucket;
 use crate::decision::LimitInfo;
-use crate::key::{self, BucketKey, Values};
+use crate::key::{self, Values};
 use crate::metrics::EngineMetrics;
 use crate::plan::Slot;
 use crate::room::{Room, Verdict};
@@ -33,18 +32,18 @@ const RESCAN_MICROS: u64 = 1_000_000;
 /// key lives in the bucket, so a table slot is one pointer: at a million keys the table's own
 /// slots cost ~19 bytes per key instead of ~52 with a separate key and value).
 #[derive(Debug, Clone)]
-struct Held(Arc<LeaseBucket>);
+struct Held(LeaseBucket);
 
 impl Hash for Held {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Exactly as `[u8]` hashes, so lookups by borrowed bytes find it.
-        self.0.key.as_bytes().hash(state);
+        self.0.key().hash(state);
     }
 }
 
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key
+        self.0.key() == other.0.key()
     }
 }
 
@@ -52,7 +51,7 @@ impl Eq for Held {}
 
 impl Borrow<[u8]> for Held {
     fn borrow(&self) -> &[u8] {
-        self.0.key.as_bytes()
+        self.0.key()
     }
 }
 
@@ -88,9 +87,9 @@ impl BucketTable {
     }
 
     /// The bucket of `(identity, entries)`, if tracked.
-    pub(crate) fn get(&self, identity: u64, entries: Values<'_>) -> Option<Arc<LeaseBucket>> {
+    pub(crate) fn get(&self, identity: u64, entries: Values<'_>) -> Option<LeaseBucket> {
         key::with_encoded(identity, entries, |k| {
-            self.map.get(k).map(|b| Arc::clone(&b.key().0))
+            self.map.get(k).map(|b| b.key().0.clone())
         })
     }
 
@@ -111,23 +110,18 @@ impl BucketTable {
             return Slot::Tracked(b);
         }
         let fresh = || {
-            let owned = key::with_encoded(identity, entries, key::owned);
-            Arc::new(LeaseBucket::new(
-                owned,
-                info.rate,
-                info.mode,
-                store_identity,
-                now,
-            ))
+            key::with_encoded(identity, entries, |k| {
+                LeaseBucket::new(k, info.rate, info.mode, store_identity, now)
+            })
         };
         if !self.make_room(store_identity, now, returns) {
             return Slot::NoRoom(fresh());
         }
         // Another request may have added the key meanwhile: its bucket wins.
         let bucket = match self.map.entry(Held(fresh())) {
-            dashmap::Entry::Occupied(o) => Arc::clone(&o.key().0),
+            dashmap::Entry::Occupied(o) => o.key().0.clone(),
             dashmap::Entry::Vacant(v) => {
-                let bucket = Arc::clone(&v.insert_entry(()).key().0);
+                let bucket = v.insert_entry(()).key().0.clone();
                 self.room.added(store_identity);
                 if info.mode == sluice_core::config::Mode::Local {
                     // No fuller than what this rule's keys evicted for others left behind.
@@ -166,8 +160,9 @@ impl BucketTable {
     /// before the reset are not returned (the reset refilled the bucket). Returns whether a key
     /// was dropped.
     pub(crate) fn drop_pushed(&self, key: &[u8]) -> bool {
+        // Shard lock, then the bucket's (the order of docs/architecture.md "Locks").
         let removed = self.map.remove_if(key, |Held(b), ()| {
-            b.mode != sluice_core::config::Mode::Local
+            b.mode() != sluice_core::config::Mode::Local
         });
         if let Some((Held(b), ())) = &removed {
             self.room.removed(b.identity, 1);
@@ -213,7 +208,7 @@ impl BucketTable {
                 resting.push(b.last_used());
             } else {
                 let state = b.lock();
-                let left = state.remaining(b.mode, &b.rate, now);
+                let left = state.remaining(state.mode, &b.rate, now);
                 let until = b.rate.micros_until_at(left, b.rate.burst as f64, now);
                 next_at_rest = next_at_rest.min(until.unwrap_or(u64::MAX));
             }
@@ -270,15 +265,15 @@ impl BucketTable {
             if !state.rare().holds.is_empty() {
                 return true;
             }
-            if bucket.mode == sluice_core::config::Mode::Local
-                && !state.at_rest(bucket.mode, &bucket.rate, now)
+            if state.mode == sluice_core::config::Mode::Local
+                && !state.at_rest(state.mode, &bucket.rate, now)
             {
                 // Usage not yet sent to the store would be lost with the key.
                 if state.rare().debt_pending > 0 {
                     return true;
                 }
                 self.room.leave_behind(hog, &bucket.rate, &state.local, now);
-            } else if state.at_rest(bucket.mode, &bucket.rate, now) {
+            } else if state.at_rest(state.mode, &bucket.rate, now) {
                 returns.extend(Return::take(bucket, &mut state, now));
             } else {
                 return true;
@@ -345,7 +340,7 @@ impl BucketTable {
                 // The global reading is stale once tokens went back; read it again on use.
                 state.global_known = false;
             }
-            let evict = is_idle && state.at_rest(bucket.mode, &bucket.rate, now);
+            let evict = is_idle && state.at_rest(state.mode, &bucket.rate, now);
             if evict {
                 removed.add(bucket.identity);
             }
@@ -374,10 +369,10 @@ impl BucketTable {
     }
 
     /// Calls `f` on every tracked key.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&BucketKey, &Arc<LeaseBucket>)) {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&[u8], &LeaseBucket)) {
         for entry in self.map.iter() {
             let bucket = &entry.key().0;
-            f(&bucket.key, bucket);
+            f(bucket.key(), bucket);
         }
     }
 }

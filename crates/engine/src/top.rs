@@ -90,7 +90,7 @@ impl DeniedCounts {
             .into_iter()
             .filter_map(|(k, n)| {
                 let identity = u64::from_le_bytes(k.get(..8)?.try_into().ok()?);
-                Some((key::store_key_of(identity, &key::owned(&k)), n))
+                Some((key::store_key_of(identity, &k), n))
             })
             .collect()
     }

@@ -174,7 +174,7 @@ impl Engine {
         &self,
         payee: &Payee,
         now: u64,
-    ) -> Result<Arc<crate::bucket::LeaseBucket>, StoreError> {
+    ) -> Result<crate::bucket::LeaseBucket, StoreError> {
         let mut evicted = Vec::new();
         let slot = self.table.slot(
             payee.identity,

@@ -27,7 +27,7 @@ impl Leaser {
         };
         // Made only once a refill will really run (the key's store call is not already in flight).
         let store_key: Arc<str> = Arc::from(charge.store_key());
-        let bucket = Arc::clone(bucket);
+        let bucket = bucket.clone();
         let leaser = Arc::clone(self);
         self.tasks.spawn_on(
             async move {

@@ -23,13 +23,8 @@ pub struct LeaseState {
     pub cold_lease: bool,
     /// When `global_remaining` was read: estimates refill it from then on.
     pub global_read_at: u64,
-    /// A starved key asks the store again only from this time on: a lease horizon on, or its
-    /// turn in the key's queue of starved callers where the store gave one (`queued`). Never
-    /// more than `max(lease_ttl, 2·live instances / starved_calls_per_sec)` ahead, so a key
-    /// can always lease again.
-    pub retry_at: u64,
     /// Whether the last lease came up short and the store gave this instance a turn
-    /// (`retry_at`): the key is starved fleet-wide. Until the turn its lease is kept whatever its
+    /// ([`retry_at`](Self::retry_at)): the key is starved fleet-wide. Until the turn its lease is kept whatever its
     /// age (the sweep returns it no sooner), and at the turn it asks for the demand it saw
     /// meanwhile (`spent_since_lease + denied_since_lease`).
     pub queued: bool,
@@ -44,6 +39,11 @@ pub struct LeaseState {
     pub demand_per_sec: f32,
     /// The size of the last lease asked for, up to `u32::MAX` (the low watermark is half of it).
     pub last_want: u32,
+    /// The key's sharing mode, as its rule gave it when the key was created. Kept here, not
+    /// beside the key's rate, because it fills this struct's one spare byte (beside the rate it
+    /// cost 8: docs/architecture.md "Memory per tracked key"). The ledger's steps take the mode
+    /// of the request's terms instead; this one serves eviction and listings.
+    pub mode: Mode,
     /// State few keys need (windows, post-paid usage, what a fallback owes), boxed so the
     /// others do not carry it: `None` means every field at its default ([`Rare::default`]).
     rare: Option<Box<Rare>>,
@@ -85,6 +85,13 @@ pub struct Rare {
     /// Concurrency limits: returns of leased slots on their way to the store (its count of
     /// this instance's slots includes them until they land).
     pub returning: u32,
+    /// A starved key asks the store again only from this time on: a lease horizon on, or its
+    /// turn in the key's queue of starved callers where the store gave one (`queued`). Never
+    /// more than `max(lease_ttl, 2·live instances / starved_calls_per_sec)` ahead, so a key
+    /// can always lease again.
+    /// Only keys that came up short set it (they are denied, so they box `Rare` anyway for
+    /// their `last_denial`): in the state of every key it cost 8 bytes more per key.
+    pub retry_at: u64,
     /// Exact mode: hits of the requests waiting for another request's store call on this key.
     /// The call in flight's successor asks for them all at once, so concurrent requests of one
     /// key share a round trip instead of queueing for one each.
@@ -105,6 +112,7 @@ const NO_RARE: Rare = Rare {
     hold_epoch: 0,
     returning: 0,
     exact_waiting: 0,
+    retry_at: 0,
 };
 
 /// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).
@@ -122,21 +130,33 @@ impl LeaseState {
         self.rare.as_deref().unwrap_or(&DEFAULT_RARE)
     }
 
+    /// When a starved key may ask the store again ([`Rare::retry_at`]; 0: at any time).
+    pub fn retry_at(&self) -> u64 {
+        self.rare().retry_at
+    }
+
+    /// Sets [`Rare::retry_at`], boxing the rare part only for a time other than its default.
+    pub fn set_retry_at(&mut self, at: u64) {
+        if at != self.retry_at() {
+            self.rare_mut().retry_at = at;
+        }
+    }
+
     /// The rarely used part of the state, to change (boxed on first use).
     pub fn rare_mut(&mut self) -> &mut Rare {
         self.rare.get_or_insert_with(Box::default)
     }
 
     /// A new key's state: no lease, a full local bucket.
-    pub fn new(rate: &Rate, now: u64) -> Self {
+    pub fn new(mode: Mode, rate: &Rate, now: u64) -> Self {
         Self {
+            mode,
             local: BucketState::full(rate, now),
             lease: 0,
             global_remaining: rate.burst as f64,
             global_known: false,
             cold_lease: false,
             global_read_at: now,
-            retry_at: 0,
             queued: false,
             leased_at: now,
             spent_since_lease: 0,

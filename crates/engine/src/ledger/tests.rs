@@ -35,7 +35,7 @@ fn settled(s: Settlement) -> (bool, SmallVec<[Verdict; 4]>) {
 #[test]
 fn a_cost_above_the_burst_is_denied_for_good_and_charges_nothing() {
     let t = [terms(11, Mode::Local, 10)];
-    let mut s = LeaseState::new(&t[0].rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &t[0].rate, 0);
     let before = s.clone();
     let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, true));
     assert!(!allowed);
@@ -48,7 +48,7 @@ fn a_cost_above_the_burst_is_denied_for_good_and_charges_nothing() {
 #[test]
 fn a_leased_bucket_that_came_up_short_leases_again_once() {
     let t = [terms(2, Mode::Strict, 10)];
-    let mut s = LeaseState::new(&t[0].rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &t[0].rate, 0);
     s.lease = 1;
     assert_eq!(settle(&t, &mut [&mut s], 0, true), Settlement::LeaseAgain);
     let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, false));
@@ -56,7 +56,7 @@ fn a_leased_bucket_that_came_up_short_leases_again_once() {
     assert_eq!(v[0].denial, Some(Denial::Empty));
     assert_eq!(s.lease, 1, "nothing charged");
     // A starved key waits for its retry time instead.
-    s.retry_at = 5;
+    s.set_retry_at(5);
     assert!(matches!(
         settle(&t, &mut [&mut s], 0, true),
         Settlement::Settled { .. }
@@ -66,9 +66,9 @@ fn a_leased_bucket_that_came_up_short_leases_again_once() {
 #[test]
 fn a_peek_blocks_the_request_when_nothing_is_left() {
     let t = [terms(0, Mode::Local, 1), terms(1, Mode::Local, 5)];
-    let mut empty = LeaseState::new(&t[0].rate, 0);
+    let mut empty = LeaseState::new(Mode::Strict, &t[0].rate, 0);
     empty.local.tokens = 0.0;
-    let mut full = LeaseState::new(&t[1].rate, 0);
+    let mut full = LeaseState::new(Mode::Strict, &t[1].rate, 0);
     let (allowed, v) = settled(settle(&t, &mut [&mut empty, &mut full], 0, true));
     assert!(!allowed);
     assert_eq!(v[0].denial, Some(Denial::Empty));
@@ -90,7 +90,7 @@ fn fallbacks_decide_while_the_store_is_down() {
         },
         ..terms(1, Mode::Strict, 8)
     };
-    let mut s = LeaseState::new(&terms(1, Mode::Strict, 8).rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &terms(1, Mode::Strict, 8).rate, 0);
     let (allowed, v) = settled(settle(&[down(Fallback::Allow)], &mut [&mut s], 0, true));
     assert!(allowed && v[0].fallback);
     let (allowed, v) = settled(settle(&[down(Fallback::Deny)], &mut [&mut s], 0, true));
@@ -124,7 +124,7 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
         ..terms(1, mode, 8)
     };
     let rate = terms(1, Mode::Strict, 8).rate;
-    let mut s = LeaseState::new(&rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &rate, 0);
     s.add_grant(8, 0.0, 8, 0);
     s.lease = 0;
     let spend_for = |s: &mut LeaseState, mode, at| {
@@ -142,11 +142,11 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
     }
     assert_eq!(s.rare().owed, 4);
     // A lease held when the store went away is spent first, and owes nothing.
-    let mut held = LeaseState::new(&rate, 0);
+    let mut held = LeaseState::new(Mode::Strict, &rate, 0);
     held.add_grant(3, 0.0, 3, 0);
     assert_eq!(spend_for(&mut held, Mode::Strict, 0), 3);
     assert_eq!((held.lease, held.rare().owed), (0, 0));
-    let mut local = LeaseState::new(&rate, 0);
+    let mut local = LeaseState::new(Mode::Strict, &rate, 0);
     assert_eq!(spend_for(&mut local, Mode::Local, 0), 4);
     assert_eq!(
         local.rare().owed,
@@ -161,7 +161,7 @@ fn no_room_denies_even_a_peek_and_never_leases_again() {
         store: StoreStatus::NoRoom,
         ..terms(0, Mode::Strict, 5)
     }];
-    let mut s = LeaseState::new(&t[0].rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &t[0].rate, 0);
     let (allowed, v) = settled(settle(&t, &mut [&mut s], 0, true));
     assert!(!allowed && v[0].denial == Some(Denial::NoRoom));
 }
@@ -169,7 +169,7 @@ fn no_room_denies_even_a_peek_and_never_leases_again() {
 #[test]
 fn a_local_bucket_is_at_rest_only_when_full() {
     let rate = terms(1, Mode::Local, 10).rate;
-    let mut s = LeaseState::new(&rate, 0);
+    let mut s = LeaseState::new(Mode::Strict, &rate, 0);
     assert!(s.at_rest(Mode::Local, &rate, 0));
     s.local.tokens = 9.0;
     assert!(!s.at_rest(Mode::Local, &rate, 0));
@@ -198,10 +198,10 @@ proptest! {
         let mut states: Vec<LeaseState> = buckets
             .iter()
             .map(|&(_, lease, _, starved, tokens, _)| {
-                let mut s = LeaseState::new(&t[0].rate, 0);
+                let mut s = LeaseState::new(Mode::Strict, &t[0].rate, 0);
                 s.lease = lease;
                 s.local.tokens = tokens.min(10.0);
-                s.retry_at = if starved { 1 } else { 0 };
+                s.set_retry_at(if starved { 1 } else { 0 });
                 s
             })
             .collect();

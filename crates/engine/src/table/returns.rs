@@ -1,8 +1,6 @@
 //! What the table hands the leaser after a sweep or an eviction: leases to return (and
 //! concurrency keys' renewals), and what the sweep saw of holds.
 
-use std::sync::Arc;
-
 use sluice_core::bucket::{Algorithm, Rate};
 
 use crate::bucket::LeaseBucket;
@@ -23,7 +21,7 @@ pub(crate) struct Return {
     /// Concurrency limits: the bucket, whose lease lives a hold timeout longer once the store
     /// has the call (every call moves this instance's lapse on). Also a return of 0 slots:
     /// a renewal of slots held by requests in flight.
-    pub(crate) renews: Option<Arc<LeaseBucket>>,
+    pub(crate) renews: Option<LeaseBucket>,
     /// When it was made (engine clock): a renewal counts from then.
     pub(crate) at: u64,
 }
@@ -31,11 +29,7 @@ pub(crate) struct Return {
 impl Return {
     /// Takes the bucket's whole lease (the caller holds its lock), if it holds any that has
     /// not lapsed with its window.
-    pub(super) fn take(
-        bucket: &Arc<LeaseBucket>,
-        state: &mut LeaseState,
-        now: u64,
-    ) -> Option<Self> {
+    pub(super) fn take(bucket: &LeaseBucket, state: &mut LeaseState, now: u64) -> Option<Self> {
         state.expire(now);
         (state.lease > 0).then(|| {
             let tokens = std::mem::take(&mut state.lease);
@@ -48,14 +42,14 @@ impl Return {
         })
     }
 
-    pub(super) fn of(bucket: &Arc<LeaseBucket>, state: &LeaseState, tokens: u64, now: u64) -> Self {
+    pub(super) fn of(bucket: &LeaseBucket, state: &LeaseState, tokens: u64, now: u64) -> Self {
         let concurrency = bucket.rate.algorithm == Algorithm::Concurrency;
         Return {
-            store_key: key::store_key_of(bucket.identity, &bucket.key),
+            store_key: key::store_key_of(bucket.identity, bucket.key()),
             rate: bucket.rate,
             tokens,
             window: state.rare().lease_window,
-            renews: concurrency.then(|| Arc::clone(bucket)),
+            renews: concurrency.then(|| bucket.clone()),
             at: now,
         }
     }
@@ -63,7 +57,7 @@ impl Return {
     /// A concurrency key's renewal, if it is due: slots of requests in flight that came from
     /// the lease are still counted in the store, and the lease lapses a hold timeout after the
     /// last store call; renewed once half of that has passed (at least 2.5 s before it).
-    pub(super) fn renewal(bucket: &Arc<LeaseBucket>, state: &LeaseState, now: u64) -> Option<Self> {
+    pub(super) fn renewal(bucket: &LeaseBucket, state: &LeaseState, now: u64) -> Option<Self> {
         let until = state.rare().lease_until;
         // Half the timeout before its lapse, and never less than 2.5 s (two sweeps and a store
         // call) before it.
