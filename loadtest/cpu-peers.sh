@@ -8,7 +8,8 @@
 # envoyproxy/ratelimit (go install github.com/envoyproxy/ratelimit/src/service_cmd@<version>) and
 # LIMITADOR_BIN, a Limitador server built from its source (no registry here serves one), with
 # LIMITADOR_COMMIT naming the commit it was built from. Takes about 12 minutes with three rounds.
-# Arguments go to the binary (--rounds, --requests, --only). Prints and appends to RESULTS.md.
+# Arguments go to the binary (--rounds, --requests, --only, --rate: a fixed request rate instead
+# of saturation, for latency at a load every server sustains). Prints and appends to RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p sluice -p sluice-loadtest

@@ -58,9 +58,13 @@ struct Args {
     /// Rounds over every service.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
-    /// Only the services whose name contains this.
+    /// Only the services whose name contains one of these (comma-separated).
     #[arg(long)]
     only: Option<String>,
+    /// Sends the measured requests at this many a second in all (ghz `-r`) instead of as fast
+    /// as 50 in flight allow: latency at a load every server sustains, not at saturation.
+    #[arg(long)]
+    rate: Option<u32>,
 }
 
 /// The services compared, in the order they run in each round.
@@ -373,7 +377,12 @@ async fn measure(
         None => None,
     };
     let n = args.requests.to_string();
-    let run = ghz::rls(&args.ghz, &running.addr, data, &["-c", "50", "-n", &n])?;
+    let rate = args.rate.map(|r| r.to_string());
+    let mut load = vec!["-c", "50", "-n", &n];
+    if let Some(r) = &rate {
+        load.extend(["-r", r]);
+    }
+    let run = ghz::rls(&args.ghz, &running.addr, data, &load)?;
     let after = counters(pid)?;
     let per = |d: u64| d as f64 / args.requests as f64;
     let (redis_calls, redis_cpu_us) = match (redis, redis_before) {
@@ -425,7 +434,7 @@ async fn main() -> anyhow::Result<()> {
         .filter(|s| {
             args.only
                 .as_ref()
-                .is_none_or(|o| s.name().contains(o.as_str()))
+                .is_none_or(|o| o.split(',').any(|o| s.name().contains(o)))
         })
         .filter(|s| match s {
             Service::Limitador | Service::LimitadorRedis | Service::LimitadorCached => {
