@@ -252,18 +252,17 @@ pub(crate) fn tracked_page(
     let mut total = 0u64;
     // A max-heap of the smallest keys after the cursor.
     let mut smallest: BinaryHeap<ByKey> = BinaryHeap::new();
-    table.for_each(|key, b| {
+    table.for_each(|bytes, b| {
         let (d, r) = owner(b.identity);
         if !filter.matches_rule(d, r) {
             return;
         }
         if !filter.prefix.is_empty()
-            && !key::values_of(&key::store_key_of(b.identity, key)).starts_with(&filter.prefix)
+            && !key::values_of(&key::store_key_of(b.identity, bytes)).starts_with(&filter.prefix)
         {
             return;
         }
         total += 1;
-        let bytes = key;
         if after.is_some_and(|a| bytes <= a) {
             return;
         }

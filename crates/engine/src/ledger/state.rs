@@ -24,9 +24,9 @@ pub struct LeaseState {
     /// When `global_remaining` was read: estimates refill it from then on.
     pub global_read_at: u64,
     /// Whether the last lease came up short and the store gave this instance a turn
-    /// ([`retry_at`](Self::retry_at)): the key is starved fleet-wide. Until the turn its lease is kept whatever its
-    /// age (the sweep returns it no sooner), and at the turn it asks for the demand it saw
-    /// meanwhile (`spent_since_lease + denied_since_lease`).
+    /// ([`retry_at`](Self::retry_at)): the key is starved fleet-wide. Until the turn its lease
+    /// is kept whatever its age (the sweep returns it no sooner), and at the turn it asks for
+    /// the demand it saw meanwhile (`spent_since_lease + denied_since_lease`).
     pub queued: bool,
     /// When the last lease was granted (lease_ttl return, demand estimate).
     pub leased_at: u64,
@@ -89,6 +89,7 @@ pub struct Rare {
     /// turn in the key's queue of starved callers where the store gave one (`queued`). Never
     /// more than `max(lease_ttl, 2·live instances / starved_calls_per_sec)` ahead, so a key
     /// can always lease again.
+    ///
     /// Only keys that came up short set it (they are denied, so they box `Rare` anyway for
     /// their `last_denial`): in the state of every key it cost 8 bytes more per key.
     pub retry_at: u64,
