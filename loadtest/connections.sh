@@ -23,8 +23,6 @@ mkdir "$work/old"
 SLUICE_BIN=$old_bin bench_servers "$work/old" 18391 18390 18192
 old=${pids[2]}
 kill "${pids[3]}"
-tick=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # One measured run after a warm-up: "req/s p99-ms cpu-µs/request". run PID PORT DATA CONNECTIONS
 run() {
@@ -33,9 +31,7 @@ run() {
   before=$(ticks "$1")
   out=$(ghz --insecure --call "$rls" -d "$3" -c 50 --connections "$4" -n "$REQUESTS" "127.0.0.1:$2" 2>&1)
   after=$(ticks "$1")
-  python3 -c 'import sys; b, a, t, n = map(int, sys.argv[1:5]); print("%s %s %.1f" % (sys.argv[5], sys.argv[6], (a - b) * 1e6 / t / n))' \
-    "$before" "$after" "$tick" "$REQUESTS" \
-    "$(echo "$out" | awk '/Requests\/sec/ {printf "%d", $2}')" "$(echo "$out" | awk '/99 % in/ {print $4}')"
+  echo "$(echo "$out" | awk '/Requests\/sec/ {printf "%d", $2}') $(echo "$out" | awk '/99 % in/ {print $4}') $(cpu_per_request "$before" "$after" "$REQUESTS")"
 }
 
 # The range over the rounds of field F (1 req/s, 2 p99, 3 CPU) of the runs given: range F RUN...

@@ -15,11 +15,6 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 bench_servers "$work" 18291 18290 18191
 sluice_pid=${pids[0]} noop_pid=${pids[1]}
-tick=$(getconf CLK_TCK)
-
-
-# CPU ticks (utime + stime) of a process.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # Microseconds of server CPU per request for REQUESTS calls: cpu PID PORT CALL DATA
 cpu() {
@@ -27,7 +22,7 @@ cpu() {
   before=$(ticks "$1")
   ghz --insecure --call "$3" -d "$4" -c 50 -n "$REQUESTS" "127.0.0.1:$2" >/dev/null 2>&1
   after=$(ticks "$1")
-  python3 -c "import sys; print('%.2f' % ((int(sys.argv[2]) - int(sys.argv[1])) * 1e6 / int(sys.argv[3]) / int(sys.argv[4])))" "$before" "$after" "$tick" "$REQUESTS"
+  cpu_per_request "$before" "$after" "$REQUESTS"
 }
 
 {

@@ -1,5 +1,12 @@
 # Shared by the load-test scripts (sourced).
 
+# Server CPU per request from /proc (cpu.sh, p15.sh, connections.sh): the CPU time (utime +
+# stime) of process PID in clock ticks, and the microseconds per request between two readings.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_per_request() { # BEFORE AFTER REQUESTS → µs
+  python3 -c "import sys; b, a, t, n = map(int, sys.argv[1:]); print('%.2f' % ((a - b) * 1e6 / t / n))" "$1" "$2" "$(getconf CLK_TCK)" "$3"
+}
+
 # Starts a server in the background and waits until it listens: serve PORT LOG CMD...
 # Sets SERVED_PID. Fails if PORT is already taken (a stale server there would be measured instead)
 # or the server exits or does not listen within 10 s.

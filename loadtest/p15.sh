@@ -96,11 +96,6 @@ printf '%s\n%s\n' "$light" "$sat" >> loadtest/RESULTS.md
 # CPU per decision: REQUESTS requests on one hot key, as the HTTP check (wrk straight at the
 # port, 50 connections, a Lua script stopping each connection after its share) and as gRPC
 # Check (ghz -c 50), each beside its no-op.
-tick=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-per_request() { # PID BEFORE AFTER REQUESTS → µs
-  python3 -c "import sys; b, a, t, n = map(int, sys.argv[1:]); print('%.2f' % ((a - b) * 1e6 / t / n))" "$2" "$3" "$tick" "$4"
-}
 cat >"$work/fixed.lua" <<LUA
 -- Each of wrk's 2 threads (its own Lua state) sends half of $REQUESTS requests, then stops.
 local share, sent = math.floor($REQUESTS / 2), 0
@@ -113,7 +108,7 @@ http_cpu() { # PID PORT → "µs requests"
   before=$(ticks "$1")
   n=$(wrk -t 2 -c 50 -d 60s -s "$work/fixed.lua" "http://127.0.0.1:$2/" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
   after=$(ticks "$1")
-  echo "$(per_request "$1" "$before" "$after" "$n") $n"
+  echo "$(cpu_per_request "$before" "$after" "$n") $n"
 }
 grpc_cpu() { # PID PORT → µs
   ghz --insecure --call "$authz" -d "$check" -c 50 -n 20000 "127.0.0.1:$2" >/dev/null 2>&1 # warm-up
@@ -121,7 +116,7 @@ grpc_cpu() { # PID PORT → µs
   before=$(ticks "$1")
   ghz --insecure --call "$authz" -d "$check" -c 50 -n "$REQUESTS" "127.0.0.1:$2" >/dev/null 2>&1
   after=$(ticks "$1")
-  per_request "$1" "$before" "$after" "$REQUESTS"
+  cpu_per_request "$before" "$after" "$REQUESTS"
 }
 read -r h_noop h_noop_n <<<"$(http_cpu "$noop_pid" 18784)"
 read -r h_s h_s_n <<<"$(http_cpu "$sluice_pid" 18782)"
