@@ -6,9 +6,8 @@
 //! (see `one_task`); this loop is that server with the executor swapped, and the server
 //! features sluice uses kept: HTTP/2 settings (concurrent streams, keepalive pings), a deadline
 //! per request (the smaller of `limits.request_timeout` and the client's `grpc-timeout`;
-//! `DEADLINE_EXCEEDED` past it),
-//! TLS with a handshake deadline, the peer's address (and certificates) in each request's
-//! extensions, and a graceful shutdown.
+//! `DEADLINE_EXCEEDED` past it), TLS with a handshake deadline, the peer's address (and
+//! certificates) in each request's extensions, and a graceful shutdown.
 
 use std::io;
 use std::sync::Arc;
@@ -180,8 +179,9 @@ pub async fn serve<I, IO>(
 }
 
 /// Serves one connection until it closes, or, once `stop` is cancelled, until its open streams
-/// are done (closing it under them after `settings.shutdown_grace`). `info` (the peer's address, and certificates over TLS) goes into every request,
-/// where tonic's `remote_addr()` and `peer_certs()` find it.
+/// are done (closing it under them after `settings.shutdown_grace`). `info` (the peer's
+/// address, and certificates over TLS) goes into every request, where tonic's `remote_addr()`
+/// and `peer_certs()` find it.
 async fn connection<IO, Info>(
     io: IO,
     info: Info,
