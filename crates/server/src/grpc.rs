@@ -25,10 +25,12 @@ use tokio_util::task::TaskTracker;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::service::Routes;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use tower_service::Service as _;
 
+use crate::admission::{Admission, Scopes};
 use crate::incoming::{FirstBytes, H2_PREFACE_BYTES};
+use crate::metered::{Activity, Call, Metered, Tended};
 use crate::one_task::{OneTask, Streams};
 
 /// How the port serves its connections.
@@ -51,13 +53,23 @@ pub struct GrpcSettings {
     /// Once shutdown begins, how long a connection's open streams may take to finish before
     /// it is closed under them.
     pub shutdown_grace: Duration,
+    /// What clients may hold while their calls are open ([`crate::admission`]), and the HTTP/2
+    /// windows and buffers its limits give each connection.
+    pub admission: Arc<Admission>,
 }
 
 impl GrpcSettings {
     /// The settings `limits` give the gRPC port, with `tls` if given, no preface deadline and
-    /// a shutdown grace of 10 s.
+    /// a shutdown grace of 10 s; refusals are counted in a registry of their own (a server
+    /// with metrics sets [`admission`](Self::admission) to one counting in its own).
     pub fn new(limits: &crate::limits::Limits, tls: Option<Arc<ServerConfig>>) -> Self {
+        let refused = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("sluice_refused_total", "Refusals by bound"),
+            &["bound"],
+        )
+        .expect("a valid metric");
         Self {
+            admission: Admission::new(limits, &refused),
             max_concurrent_streams: limits.max_concurrent_streams,
             keepalive_interval: limits.keepalive_interval,
             keepalive_timeout: limits.keepalive_timeout,
@@ -128,7 +140,7 @@ pub async fn serve<I, IO>(
     stop: CancellationToken,
 ) where
     I: Stream<Item = io::Result<IO>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected<ConnectInfo = TcpConnectInfo> + Unpin + Send + 'static,
 {
     let connections = TaskTracker::new();
     {
@@ -146,12 +158,15 @@ pub async fn serve<I, IO>(
                 },
             };
             let (routes, settings, stop) = (routes.clone(), settings.clone(), stop.clone());
+            let scopes = settings
+                .admission
+                .connection(io.connect_info().remote_addr().map(|a| a.ip()));
             connections.spawn(async move {
                 match settings.tls.clone() {
                     None => {
                         let info = io.connect_info();
                         let io = settings.preface_within(io);
-                        connection(io, info, routes, &settings, stop).await;
+                        connection(io, info, scopes, routes, &settings, stop).await;
                     }
                     Some((config, deadline)) => {
                         let handshake = tokio_rustls::TlsAcceptor::from(config).accept(io);
@@ -164,7 +179,7 @@ pub async fn serve<I, IO>(
                             Ok(Ok(tls)) => {
                                 let info = tls.connect_info();
                                 let io = settings.preface_within(tls);
-                                connection(io, info, routes, &settings, stop).await;
+                                connection(io, info, scopes, routes, &settings, stop).await;
                             }
                             Ok(Err(e)) => tracing::debug!(error = %e, "gRPC: TLS handshake failed"),
                             Err(_) => tracing::debug!("gRPC: TLS handshake timed out"),
@@ -181,10 +196,11 @@ pub async fn serve<I, IO>(
 /// Serves one connection until it closes, or, once `stop` is cancelled, until its open streams
 /// are done (closing it under them after `settings.shutdown_grace`). `info` (the peer's
 /// address, and certificates over TLS) goes into every request, where tonic's `remote_addr()`
-/// and `peer_certs()` find it.
+/// and `peer_certs()` find it. Every call is admitted under `scopes` first ([`admit`]).
 async fn connection<IO, Info>(
     io: IO,
     info: Info,
+    scopes: Scopes,
     routes: Routes,
     settings: &GrpcSettings,
     stop: CancellationToken,
@@ -196,7 +212,12 @@ async fn connection<IO, Info>(
     let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         req.extensions_mut().insert(info.clone());
         let mut routes = routes.clone();
+        let admitted = admit(&scopes, req);
         async move {
+            let (req, long) = match admitted {
+                Ok(admitted) => admitted,
+                Err(status) => return Ok(status.into_http()),
+            };
             let deadline = grpc_timeout(req.headers()).map_or(limit, |t| t.min(limit));
             let answer = async {
                 std::future::poll_fn(|cx| {
@@ -206,7 +227,11 @@ async fn connection<IO, Info>(
                 routes.call(req.map(Body::new)).await
             };
             match tokio::time::timeout(deadline, answer).await {
-                Ok(result) => result,
+                Ok(Ok(response)) => Ok(match long {
+                    None => response,
+                    Some(tend) => response.map(|body| Body::new(tend(body))),
+                }),
+                Ok(Err(e)) => Err(e),
                 // (tonic's own server answers CANCELLED "Timeout expired"; a deadline is what
                 // was exceeded.)
                 Err(_) => Ok(Status::deadline_exceeded(format!(
@@ -219,8 +244,13 @@ async fn connection<IO, Info>(
     });
     let streams = Streams::default();
     let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
+    let limits = settings.admission.limits();
     builder
         .timer(TokioTimer::new())
+        .initial_stream_window_size(limits.stream_window)
+        .initial_connection_window_size(limits.connection_window)
+        .max_send_buf_size(limits.send_buffer)
+        .max_header_list_size(limits.max_header_list)
         .max_concurrent_streams(settings.max_concurrent_streams)
         .keep_alive_interval(settings.keepalive_interval)
         .keep_alive_timeout(settings.keepalive_timeout);
@@ -242,6 +272,38 @@ async fn connection<IO, Info>(
     if let Err(e) = served {
         tracing::debug!(error = %e, "gRPC: connection ended with an error");
     }
+}
+
+/// What closes a long-lived call's answer when it idles ([`Tended`]).
+type Tend = Box<dyn FnOnce(Body) -> Tended<Body> + Send>;
+
+/// Admits a call under `scopes`: charges it what it costs held open (its kind's cost and its
+/// headers), takes a long-lived call's place, and meters its body ([`Metered`]); the call's
+/// [`Charge`](crate::admission::Charge) goes into its extensions (an RLQS stream charges its
+/// buckets to it). Either the request to route, with how to tend a long-lived call's answer, or
+/// the refusal to answer with.
+fn admit(
+    scopes: &Scopes,
+    mut req: http::Request<Incoming>,
+) -> Result<(http::Request<Body>, Option<Tend>), Status> {
+    let call = Call::of(req.uri().path());
+    let long = call.long.map(|kind| scopes.open_long(kind)).transpose()?;
+    let charge = scopes.charge(call.cost + crate::metered::header_bytes(req.headers()))?;
+    req.extensions_mut().insert(charge.clone());
+    let activity = long.as_ref().map(|_| Activity::new());
+    let tend = long.map(|slot| {
+        let admission = Arc::clone(scopes.admission());
+        let idle = slot.kind().caps(admission.limits()).idle;
+        let (charge, activity) = (
+            charge.clone(),
+            Arc::clone(activity.as_ref().expect("set with long")),
+        );
+        Box::new(move |body| Tended::new(body, (slot, charge), admission, activity, idle)) as Tend
+    });
+    Ok((
+        req.map(|body| Body::new(Metered::new(body, call, charge, activity))),
+        tend,
+    ))
 }
 
 /// The client's deadline from `grpc-timeout` (digits, then a unit: `H`, `M`, `S`, `m`, `u`,

@@ -14,7 +14,11 @@
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After` and the problem+json body.
 //! - [`metrics`]: request and decision series; RLQS series in [`metrics::rlqs`].
-//! - [`limits`]: bounds on connections, streams, watchers and time for every port.
+//! - [`limits`]: bounds on connections, streams, request bytes, long-lived calls and time for
+//!   every port.
+//! - [`admission`]: what gRPC clients hold while their calls are open (request bytes, long-lived
+//!   calls), per connection, per peer address and in all; [`metered`] charges each call's body
+//!   and closes long-lived calls that idle.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
 //! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
 //! - [`reload`]: live config reload by polling file contents.
@@ -23,6 +27,7 @@
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
 pub mod admin;
+pub mod admission;
 pub mod assignments;
 pub mod authz;
 pub mod denials;
@@ -35,6 +40,7 @@ pub mod holds;
 mod http1;
 pub mod incoming;
 pub mod limits;
+pub mod metered;
 pub mod metrics;
 pub mod one_task;
 pub mod quota;

@@ -1,11 +1,11 @@
-//! Bounds on what one client can hold: connections, streams, watchers, time. sluice sits on every
+//! Bounds on what one client can hold: connections, streams, request bytes, long-lived calls,
+//! time. sluice sits on every
 //! request, so a slow, stuck or hostile client must cost a bounded amount and never starve
 //! decisions. The defaults are documented in docs/security.md ("Bounds per client").
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Limits of the gRPC and admin ports.
@@ -31,12 +31,29 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
     /// gRPC with TLS: the longest a handshake may take.
     pub tls_handshake_timeout: Duration,
-    /// `WatchQuota` streams open at once on the whole server…
-    pub max_watchers: usize,
-    /// …on one connection…
-    pub max_watchers_per_connection: usize,
-    /// …and from one peer address, over all its connections.
-    pub max_watchers_per_peer: usize,
+    /// gRPC: HTTP/2 stream flow-control window: request bytes a call may have in flight
+    /// before the server has read them (what a handler that stops reading leaves buffered).
+    pub stream_window: u32,
+    /// gRPC: the same for a whole connection (all its calls' unread bytes together).
+    pub connection_window: u32,
+    /// gRPC: answer bytes one call may have queued for a client that reads slowly.
+    pub send_buffer: usize,
+    /// gRPC: the largest header list a call may send (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`).
+    pub max_header_list: u32,
+    /// gRPC: request bytes held open ([`crate::admission`]) by all clients together…
+    pub request_bytes: usize,
+    /// …by one peer address, over all its connections…
+    pub request_bytes_per_peer: usize,
+    /// …and by one connection.
+    pub request_bytes_per_connection: usize,
+    /// `WatchQuota` streams.
+    pub watch_quota: StreamCaps,
+    /// RLQS streams (`StreamRateLimitQuotas`).
+    pub rlqs_streams: StreamCaps,
+    /// `grpc.health.v1.Health/Watch` streams.
+    pub health_watches: StreamCaps,
+    /// Reflection streams (v1 and v1alpha together).
+    pub reflection_streams: StreamCaps,
     /// `ListQuotas` pages being listed at once: each walks every tracked key on a blocking
     /// thread, so more would take the cores decisions need (refused beyond, counted).
     pub max_table_scans: usize,
@@ -62,9 +79,37 @@ impl Default for Limits {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(5),
-            max_watchers: 256,
-            max_watchers_per_connection: 16,
-            max_watchers_per_peer: 64,
+            stream_window: 64 * 1024,
+            connection_window: 128 * 1024,
+            send_buffer: 64 * 1024,
+            max_header_list: 16 * 1024,
+            request_bytes: 32 << 20,
+            request_bytes_per_peer: 24 << 20,
+            request_bytes_per_connection: 16 << 20,
+            watch_quota: StreamCaps {
+                total: 256,
+                per_peer: 64,
+                per_connection: 16,
+                idle: Duration::from_secs(3_600),
+            },
+            rlqs_streams: StreamCaps {
+                total: 64,
+                per_peer: 32,
+                per_connection: 16,
+                idle: Duration::from_secs(600),
+            },
+            health_watches: StreamCaps {
+                total: 64,
+                per_peer: 16,
+                per_connection: 8,
+                idle: Duration::from_secs(1_800),
+            },
+            reflection_streams: StreamCaps {
+                total: 32,
+                per_peer: 8,
+                per_connection: 4,
+                idle: Duration::from_secs(60),
+            },
             max_table_scans: 1,
             admin_max_connections: 64,
             admin_max_connections_per_peer: 16,
@@ -73,74 +118,18 @@ impl Default for Limits {
     }
 }
 
-/// Counts open `WatchQuota` streams, in total and per connection (by peer address).
-#[derive(Debug, Default)]
-pub struct Watchers {
-    open: Mutex<WatcherCounts>,
-}
-
-#[derive(Debug, Default)]
-struct WatcherCounts {
-    total: usize,
-    by_connection: HashMap<Option<SocketAddr>, usize>,
-    by_ip: HashMap<Option<IpAddr>, usize>,
-}
-
-/// One open watcher; dropping it frees its place.
-#[derive(Debug)]
-pub struct WatcherSlot {
-    watchers: Arc<Watchers>,
-    peer: Option<SocketAddr>,
-}
-
-impl Watchers {
-    /// Takes a place for a watcher from `peer`, or says which bound is reached (as
-    /// `sluice_refused_total`'s `bound` label, and the message for the client).
-    pub fn open(
-        self: &Arc<Self>,
-        peer: Option<SocketAddr>,
-        limits: &Limits,
-    ) -> Result<WatcherSlot, (&'static str, &'static str)> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let ip = peer.map(|p| p.ip().to_canonical());
-        if open.total >= limits.max_watchers {
-            return Err(("watchers", "too many WatchQuota streams on this server"));
-        }
-        if open.by_connection.get(&peer).copied().unwrap_or(0) >= limits.max_watchers_per_connection
-        {
-            return Err((
-                "watchers_per_connection",
-                "too many WatchQuota streams on this connection",
-            ));
-        }
-        if open.by_ip.get(&ip).copied().unwrap_or(0) >= limits.max_watchers_per_peer {
-            return Err((
-                "watchers_per_peer",
-                "too many WatchQuota streams from this address",
-            ));
-        }
-        *open.by_connection.entry(peer).or_default() += 1;
-        *open.by_ip.entry(ip).or_default() += 1;
-        open.total += 1;
-        Ok(WatcherSlot {
-            watchers: Arc::clone(self),
-            peer,
-        })
-    }
-
-    /// Watchers open now.
-    pub fn count(&self) -> usize {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).total
-    }
-}
-
-impl Drop for WatcherSlot {
-    fn drop(&mut self) {
-        let mut open = self.watchers.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.total = open.total.saturating_sub(1);
-        release(&mut open.by_connection, &self.peer);
-        release(&mut open.by_ip, &self.peer.map(|p| p.ip().to_canonical()));
-    }
+/// Bounds on one kind of long-lived call ([`crate::admission::LongKind`]).
+#[derive(Debug, Clone)]
+pub struct StreamCaps {
+    /// Open at once on the whole server…
+    pub total: usize,
+    /// …from one peer address, over all its connections…
+    pub per_peer: usize,
+    /// …and on one connection.
+    pub per_connection: usize,
+    /// Closed (`UNAVAILABLE`, counted) after this long without a message either way; the
+    /// client's next call opens a new one.
+    pub idle: Duration,
 }
 
 /// One place of `key` given back (the entry goes with its last place).

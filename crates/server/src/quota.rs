@@ -287,15 +287,9 @@ impl Quota for QuotaService {
         &self,
         request: Request<pb::WatchQuotaRequest>,
     ) -> Result<Response<Self::WatchQuotaStream>, Status> {
+        // Bounded per connection, per address and in all, and closed when idle, by the gRPC
+        // server (`crate::admission`).
         self.authorize_read(&request)?;
-        let slot = self
-            .state
-            .watchers
-            .open(request.remote_addr(), &self.state.limits)
-            .map_err(|(bound, why)| {
-                self.state.metrics.refusals(bound).inc();
-                Status::resource_exhausted(why)
-            })?;
         let req = request.into_inner();
         let entries = entries_of(&req.domain, &req.entries)?;
         let every = req
@@ -308,8 +302,6 @@ impl Quota for QuotaService {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let stop = state.background.stop.clone();
         self.state.background.tasks.spawn(async move {
-            // Holds the watcher's place until the stream ends.
-            let _slot = slot;
             let mut tick = tokio::time::interval(every);
             loop {
                 // Ends when the client goes away, not only at its next send.

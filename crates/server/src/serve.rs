@@ -163,6 +163,7 @@ pub async fn serve_with_check(
             state.metrics.refusals("grpc_preface_timeout"),
         )),
         shutdown_grace: options.shutdown_grace,
+        admission: Arc::clone(&state.admission),
         ..GrpcSettings::new(limits, options.tls.clone())
     };
     // TCP_NODELAY and keepalive on every accepted connection (without NODELAY: 1.8 k req/s

@@ -11,7 +11,8 @@ use sluice_engine::Engine;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::limits::{Limits, TableScans, Watchers};
+use crate::admission::Admission;
+use crate::limits::{Limits, TableScans};
 use crate::metrics::ServerMetrics;
 
 /// The parts of the configuration handlers read on each request, swapped whole on reload.
@@ -130,10 +131,10 @@ pub struct AppState {
     pub denial_log: crate::denials::DenialLog,
     /// Background tasks.
     pub background: Background,
-    /// Bounds on connections, streams, watchers and time.
+    /// Bounds on connections, streams, request bytes, long-lived calls and time.
     pub limits: Limits,
-    /// Open `WatchQuota` streams.
-    pub watchers: Arc<Watchers>,
+    /// What gRPC clients hold while their calls are open, under `limits`.
+    pub admission: Arc<Admission>,
     /// `ListQuotas` pages being listed.
     pub scans: Arc<TableScans>,
     /// Cancelled when shutdown begins: long-lived streams (RLQS) end and hand back what they
@@ -154,6 +155,7 @@ impl AppState {
         Self {
             engine,
             runtime: ArcSwap::from_pointee(runtime),
+            admission: Admission::new(&Limits::default(), &metrics.refused),
             metrics,
             registry,
             draining: AtomicBool::new(false),
@@ -161,7 +163,6 @@ impl AppState {
             denial_log: crate::denials::DenialLog::default(),
             background: Background::default(),
             limits: Limits::default(),
-            watchers: Arc::default(),
             scans: Arc::default(),
             drain: CancellationToken::new(),
             rlqs: crate::assignments::Streams::default(),
@@ -170,7 +171,11 @@ impl AppState {
 
     /// The same state with other limits.
     pub fn with_limits(self, limits: Limits) -> Self {
-        Self { limits, ..self }
+        Self {
+            admission: Admission::new(&limits, &self.metrics.refused),
+            limits,
+            ..self
+        }
     }
 
     /// Marks the server as draining.

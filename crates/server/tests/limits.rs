@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use common::{CONFIG, TestServer};
 use sluice_proto::sluice::v1::quota_client::QuotaClient;
 use sluice_proto::sluice::v1::{Entry, WatchQuotaRequest};
-use sluice_server::limits::Limits;
+use sluice_server::admission::LongKind;
+use sluice_server::limits::{Limits, StreamCaps};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -16,8 +17,11 @@ fn small() -> Limits {
     Limits {
         admin_max_connections: 4,
         admin_header_timeout: Duration::from_millis(300),
-        max_watchers: 5,
-        max_watchers_per_connection: 3,
+        watch_quota: StreamCaps {
+            total: 5,
+            per_connection: 3,
+            ..Limits::default().watch_quota
+        },
         max_concurrent_streams: 32,
         max_connections: 2,
         ..Limits::default()
@@ -122,15 +126,15 @@ async fn watchers_are_bounded_and_end_with_their_client() {
         .await
         .expect_err("a sixth in total");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
-    assert_eq!(server.state.watchers.count(), 5);
+    assert_eq!(server.state.admission.usage().long(LongKind::WatchQuota), 5);
 
     drop(streams);
     let deadline = Instant::now() + Duration::from_secs(2);
-    while server.state.watchers.count() > 0 {
+    while server.state.admission.usage().long(LongKind::WatchQuota) > 0 {
         assert!(
             Instant::now() < deadline,
             "{} watchers outlived their clients",
-            server.state.watchers.count()
+            server.state.admission.usage().long(LongKind::WatchQuota)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -221,9 +225,12 @@ async fn refused(server: &TestServer, bound: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_are_bounded_per_peer_address_across_connections() {
     let limits = Limits {
-        max_watchers: 100,
-        max_watchers_per_connection: 3,
-        max_watchers_per_peer: 5,
+        watch_quota: StreamCaps {
+            total: 100,
+            per_connection: 3,
+            per_peer: 5,
+            ..Limits::default().watch_quota
+        },
         ..Limits::default()
     };
     let server = TestServer::start_with_limits(CONFIG, limits).await;

@@ -31,6 +31,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::admission::Charge;
 use crate::state::AppState;
 
 /// Responses waiting to be written to one stream; a stream whose Envoy stops reading stops being
@@ -67,11 +68,12 @@ impl RateLimitQuotaService for RlqsService {
             .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let (tx, rx) = tokio::sync::mpsc::channel(OUTBOX);
         let state = Arc::clone(&self.state);
+        let charge = request.extensions().get::<Charge>().cloned();
         let inbound = request.into_inner();
         state
             .background
             .tasks
-            .spawn(stream::run(Arc::clone(&state), peer, inbound, tx));
+            .spawn(stream::run(Arc::clone(&state), peer, inbound, tx, charge));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

@@ -27,6 +27,7 @@ use super::bucket::{
     same_limit,
 };
 use super::wire;
+use crate::admission::Charge;
 use crate::assignments::{BucketView, StreamView};
 use crate::state::AppState;
 
@@ -40,12 +41,19 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
 /// (`too_large`). Each id is held once, and answers must name it as Envoy sent it.
 pub const MAX_ID_BYTES: usize = 1 << 20;
 
-/// Runs one stream until Envoy closes it, it fails, or sluice drains.
+/// What a stream is charged per bucket it tracks, besides the bucket id's bytes: the bucket's
+/// state, its entry in the stream's map and in `ListAssignments`' view (rounded up; measured
+/// with `loadtest/pin-memory.sh`).
+pub const BUCKET_COST: usize = 1024;
+
+/// Runs one stream until Envoy closes it, it fails, or sluice drains. Its buckets are charged to
+/// `charge`, the call's request bytes ([`crate::admission`]), when there is one.
 pub async fn run(
     state: Arc<AppState>,
     peer: String,
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     tx: Sender<Result<RateLimitQuotaResponse, Status>>,
+    charge: Option<Charge>,
 ) {
     let id = state.rlqs.open();
     state.metrics.rlqs.streams.inc();
@@ -56,6 +64,7 @@ pub async fn run(
         rules: state.engine.rules(),
         slots: HashMap::new(),
         id_bytes: 0,
+        charge,
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -71,6 +80,8 @@ pub async fn run(
                     }
                 }
                 Ok(None) => break None,
+                // A bound on what the client may hold (`crate::metered`): the client is told.
+                Err(e) if e.code() == tonic::Code::ResourceExhausted => break Some(e),
                 Err(e) => {
                     tracing::debug!(%peer, error = %e, "RLQS stream ended");
                     break None;
@@ -111,6 +122,8 @@ struct RlqsStream {
     slots: HashMap<Arc<[Entry]>, StreamBucket>,
     /// Bytes of the bucket ids in `slots` (bounded by [`MAX_ID_BYTES`]).
     id_bytes: usize,
+    /// The call's request bytes, charged [`BUCKET_COST`] and the id's bytes per bucket.
+    charge: Option<Charge>,
 }
 
 impl RlqsStream {
@@ -158,6 +171,10 @@ impl RlqsStream {
                         Some("too_many")
                     } else if self.id_bytes + bytes > MAX_ID_BYTES {
                         Some("too_large")
+                    } else if let Some(charge) = &self.charge
+                        && charge.grow(BUCKET_COST + bytes).is_err()
+                    {
+                        Some("request_bytes")
                     } else {
                         None
                     };
@@ -295,6 +312,9 @@ impl RlqsStream {
         for id in gone {
             if let Some(slot) = self.slots.remove(&id) {
                 self.id_bytes -= id_bytes(&id);
+                if let Some(charge) = &self.charge {
+                    charge.shrink(BUCKET_COST + id_bytes(&id));
+                }
                 actions.push(wire::abandon(entries_of(&slot.kind)));
                 self.state.metrics.rlqs.sent(None);
                 retire(&self.state.metrics.rlqs, slot, |b| b.abandon(now)).await;
