@@ -27,6 +27,9 @@ struct Args {
     /// Scenarios to run (all if none): partial-rls, partial-rlqs, idle-streams, reflection,
     /// everything.
     scenarios: Vec<String>,
+    /// Rounds of each scenario on the same server (memory kept between rounds shows).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// How long the streams are held before the last RSS reading.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     hold: Duration,
@@ -43,6 +46,10 @@ enum Call {
     SmallPartialRls,
     /// The same on an RLQS stream.
     PartialRlqs,
+    /// A whole ShouldRateLimit, on a connection that never reads an answer.
+    UnreadRls,
+    /// An RLQS stream reporting 4 096 buckets (ids of ~60 bytes), never reading an answer.
+    RlqsBuckets,
     /// An RLQS stream that sends nothing.
     IdleRlqs,
     /// A Health/Watch of the server's overall status.
@@ -64,6 +71,58 @@ impl Call {
         let partial = || PARTIAL.clone();
         match self {
             Call::PartialRls => client.open(RLS, partial(), false).await,
+            Call::UnreadRls => {
+                use prost::Message as _;
+                let request = sluice_proto::envoy::ratelimit::RateLimitRequest {
+                    domain: "edge".into(),
+                    descriptors: vec![sluice_proto::envoy::common_ratelimit::RateLimitDescriptor {
+                        entries: vec![
+                            sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::Entry {
+                                key: "k".into(),
+                                value: "v".into(),
+                            },
+                        ],
+                        ..Default::default()
+                    }],
+                    hits_addend: 0,
+                };
+                let bytes = request.encode_to_vec();
+                client
+                    .open(RLS, hostile::frame(bytes.len() as u32, &bytes), true)
+                    .await
+            }
+            Call::RlqsBuckets => {
+                use prost::Message as _;
+                use sluice_proto::envoy::rlqs::{
+                    BucketId, RateLimitQuotaUsageReports,
+                    rate_limit_quota_usage_reports::BucketQuotaUsage,
+                };
+                let usages = (0..4096)
+                    .map(|i| BucketQuotaUsage {
+                        bucket_id: Some(BucketId {
+                            bucket: [
+                                ("name".to_string(), format!("bucket-{i:08}")),
+                                (
+                                    "user".to_string(),
+                                    format!("someone-with-a-longer-name-{i:08}"),
+                                ),
+                            ]
+                            .into(),
+                        }),
+                        time_elapsed: Some(Default::default()),
+                        num_requests_allowed: 1,
+                        num_requests_denied: 0,
+                    })
+                    .collect();
+                let report = RateLimitQuotaUsageReports {
+                    domain: "edge".into(),
+                    bucket_quota_usages: usages,
+                };
+                let bytes = report.encode_to_vec();
+                client
+                    .open(RLQS, hostile::frame(bytes.len() as u32, &bytes), false)
+                    .await
+            }
             Call::SmallPartialRls => client.open(RLS, hostile::frame(100, &[0; 50]), false).await,
             Call::PartialRlqs => client.open(RLQS, partial(), false).await,
             Call::IdleRlqs => client.open(RLQS, bytes::Bytes::new(), false).await,
@@ -104,6 +163,8 @@ fn scenarios() -> Vec<Scenario> {
     let custom_call = match std::env::var("CALL").as_deref() {
         Ok("rlqs") => Call::PartialRlqs,
         Ok("small") => Call::SmallPartialRls,
+        Ok("unread") => Call::UnreadRls,
+        Ok("buckets") => Call::RlqsBuckets,
         Ok("idle-rlqs") => Call::IdleRlqs,
         Ok("watch") => Call::HealthWatch,
         Ok("reflection") => Call::IdleReflection,
@@ -139,6 +200,18 @@ fn scenarios() -> Vec<Scenario> {
             addresses: 1,
             connections: 16,
             calls: vec![(Call::IdleReflection, 500)],
+        },
+        Scenario {
+            name: "unread-answers",
+            addresses: 1,
+            connections: 8,
+            calls: vec![(Call::UnreadRls, 1024)],
+        },
+        Scenario {
+            name: "rlqs-buckets",
+            addresses: 1,
+            connections: 4,
+            calls: vec![(Call::RlqsBuckets, 8)],
         },
         Scenario {
             name: "connections",
@@ -186,8 +259,15 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, s: &Scenario) -> anyhow::Result<()> {
     let sluice = Sluice::start(&args.sluice, CONFIG);
-    let pid = sluice.child.id();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..args.rounds {
+        round(args, s, &sluice).await?;
+    }
+    Ok(())
+}
+
+async fn round(args: &Args, s: &Scenario, sluice: &Sluice) -> anyhow::Result<()> {
+    let pid = sluice.child.id();
     let before = hostile::rss_bytes(pid);
     let started = Instant::now();
     let (peak, (clients, open, refused_connections)) =
@@ -198,7 +278,18 @@ async fn run(args: &Args, s: &Scenario) -> anyhow::Result<()> {
             for a in 0..s.addresses {
                 let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + a));
                 for _ in 0..s.connections {
-                    let Ok(mut client) = Client::connect(sluice.grpc, from).await else {
+                    let window = if s
+                        .calls
+                        .iter()
+                        .any(|(c, _)| matches!(c, Call::UnreadRls | Call::RlqsBuckets))
+                    {
+                        0
+                    } else {
+                        u32::MAX >> 1
+                    };
+                    let Ok(mut client) =
+                        Client::connect_with_window(sluice.grpc, from, window).await
+                    else {
                         refused += 1;
                         continue;
                     };
@@ -255,14 +346,19 @@ async fn run(args: &Args, s: &Scenario) -> anyhow::Result<()> {
         }
     }
     let refused_connections = refused_connections + clients.iter().filter(|c| !c.is_open()).count();
+    let opened = open.len();
+    drop((clients, open));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let closed = hostile::rss_bytes(pid);
     let mib = |b: u64| format!("{:.0} MiB", b as f64 / (1 << 20) as f64);
     println!(
-        "| {} | {} | {} | {} | {} | {:?} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {:?} | {} |",
         s.name,
         mib(before),
         mib(peak),
         mib(after),
-        open.len(),
+        mib(closed),
+        opened,
         ends,
         refused_connections
     );

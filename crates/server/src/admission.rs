@@ -4,11 +4,18 @@
 //! - **Request bytes**: every open call is charged what it costs held open (a fixed cost per
 //!   kind of call, measured, plus its headers), the message it is sending while unfinished (at
 //!   the length its prefix declares: that is what tonic's decoder reserves the moment the prefix
-//!   arrives, [`crate::metered`]), a unary call's message until it is answered, and what an RLQS
-//!   stream keeps per bucket. One connection used to pin 4 MiB per stream this way, 1 024 streams
-//!   at a time (issue 41).
+//!   arrives, [`metered`]), a unary call's message and answer until the answer is written out
+//!   ([`answer`]), a decision's descriptors (`crate::handler`), and what an RLQS stream keeps per
+//!   bucket. One connection used to pin 4 MiB per stream this way, 1 024 streams at a time
+//!   (issue 41).
 //! - **Long-lived calls** of each [`LongKind`] are counted apart, like `WatchQuota` always was,
-//!   and each is closed after a time with no message either way ([`crate::metered::Tended`]).
+//!   and each is closed after a time with no message either way ([`answer::Answer`]).
+//!
+//! # Layout
+//! - this module: the scopes, their bounds, [`Charge`] and [`LongSlot`], and the gauges;
+//! - [`call`]: what kind of call a path is (decode limit, cost, long-lived or not);
+//! - [`metered`]: request bodies, charged as they arrive;
+//! - [`answer`]: answers, holding their call's charge until written out; idle long-lived calls.
 //!
 //! Beyond any bound the call is refused with `RESOURCE_EXHAUSTED` and counted in
 //! `sluice_refused_total{bound}`; docs/security.md ("Memory a client can hold") has every bound
@@ -19,10 +26,16 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use prometheus::{IntCounter, IntCounterVec};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use tonic::Status;
 
 use crate::limits::{Limits, StreamCaps};
+
+pub mod answer;
+pub mod call;
+pub mod metered;
 
 /// The kinds of call that stay open for as long as their client likes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,6 +297,56 @@ impl Admission {
     }
 }
 
+/// `sluice_request_bytes_held` and `sluice_long_streams{kind}`, read from an [`Admission`] when
+/// scraped (nothing on the request path updates a gauge).
+pub struct Gauges {
+    admission: Arc<Admission>,
+    bytes: IntGauge,
+    long: IntGaugeVec,
+}
+
+impl Gauges {
+    /// The gauges of `admission`, to register.
+    pub fn new(admission: Arc<Admission>) -> prometheus::Result<Self> {
+        Ok(Self {
+            admission,
+            bytes: IntGauge::new(
+                "sluice_request_bytes_held",
+                "Request bytes gRPC clients hold open now (docs/security.md)",
+            )?,
+            long: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_long_streams",
+                    "Long-lived gRPC calls open now, by kind",
+                ),
+                &["kind"],
+            )?,
+        })
+    }
+}
+
+impl Collector for Gauges {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut desc = self.bytes.desc();
+        desc.extend(self.long.desc());
+        desc
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let usage = self.admission.usage();
+        self.bytes
+            .set(i64::try_from(usage.bytes()).unwrap_or(i64::MAX));
+        for kind in LongKind::ALL {
+            self.long
+                .with_label_values(&[kind.label()])
+                .set(i64::try_from(usage.long(kind)).unwrap_or(i64::MAX));
+        }
+        let mut families = self.bytes.collect();
+        families.extend(self.long.collect());
+        families
+    }
+}
+
 /// One connection's three scopes; cheap to clone (one per call).
 #[derive(Debug, Clone)]
 pub struct Scopes(Arc<ConnectionScopes>);
@@ -429,6 +492,11 @@ impl LongSlot {
     /// The kind of call.
     pub fn kind(&self) -> LongKind {
         self.kind
+    }
+
+    /// The admission it was taken from.
+    pub fn admission(&self) -> &Arc<Admission> {
+        self.scopes.admission()
     }
 }
 

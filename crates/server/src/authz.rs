@@ -48,7 +48,7 @@ impl Authorization for Authz {
         &self,
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
-        handler::handle(&self.state, self, request.into_inner()).await
+        handler::handle(&self.state, self, request).await
     }
 }
 

@@ -105,7 +105,7 @@ async fn check(
         .filter(|s| matches!(s, 401 | 403 | 429));
     let check = check_request(&req, peer);
     let wire = HttpCheck(Authz::new(Arc::clone(state)));
-    match handler::handle(state, &wire, check).await {
+    match handler::handle(state, &wire, tonic::Request::new(check)).await {
         Ok(answer) => to_http(answer.into_inner(), deny_status),
         Err(status) => {
             let mut r = Response::new(Full::new(Bytes::from(format!("{}\n", status.message()))));

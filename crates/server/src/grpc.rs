@@ -28,9 +28,11 @@ use tonic::service::Routes;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tower_service::Service as _;
 
-use crate::admission::{Admission, Scopes};
+use crate::admission::answer::{Activity, Answer, Lasting};
+use crate::admission::call::{Call, header_bytes};
+use crate::admission::metered::Metered;
+use crate::admission::{Admission, Charge, Scopes};
 use crate::incoming::{FirstBytes, H2_PREFACE_BYTES};
-use crate::metered::{Activity, Call, Metered, Tended};
 use crate::one_task::{OneTask, Streams};
 
 /// How the port serves its connections.
@@ -214,7 +216,7 @@ async fn connection<IO, Info>(
         let mut routes = routes.clone();
         let admitted = admit(&scopes, req);
         async move {
-            let (req, long) = match admitted {
+            let (req, admitted) = match admitted {
                 Ok(admitted) => admitted,
                 Err(status) => return Ok(status.into_http()),
             };
@@ -227,10 +229,7 @@ async fn connection<IO, Info>(
                 routes.call(req.map(Body::new)).await
             };
             match tokio::time::timeout(deadline, answer).await {
-                Ok(Ok(response)) => Ok(match long {
-                    None => response,
-                    Some(tend) => response.map(|body| Body::new(tend(body))),
-                }),
+                Ok(Ok(response)) => Ok(response.map(|body| admitted.answer(body))),
                 Ok(Err(e)) => Err(e),
                 // (tonic's own server answers CANCELLED "Timeout expired"; a deadline is what
                 // was exceeded.)
@@ -274,36 +273,40 @@ async fn connection<IO, Info>(
     }
 }
 
-/// What closes a long-lived call's answer when it idles ([`Tended`]).
-type Tend = Box<dyn FnOnce(Body) -> Tended<Body> + Send>;
+/// What a call was admitted with, to put on its answer.
+struct Admitted {
+    charge: Charge,
+    lasting: Option<Lasting>,
+}
+
+impl Admitted {
+    /// `body`, the call's answer, holding the call's charge (and place) until it ends.
+    fn answer(self, body: Body) -> Body {
+        Body::new(Answer::new(body, self.charge, self.lasting))
+    }
+}
 
 /// Admits a call under `scopes`: charges it what it costs held open (its kind's cost and its
 /// headers), takes a long-lived call's place, and meters its body ([`Metered`]); the call's
-/// [`Charge`](crate::admission::Charge) goes into its extensions (an RLQS stream charges its
-/// buckets to it). Either the request to route, with how to tend a long-lived call's answer, or
-/// the refusal to answer with.
+/// [`Charge`] goes into its extensions (the handler charges a decision's descriptors to it, an
+/// RLQS stream its buckets). Either the request to route, with what its answer must hold, or the
+/// refusal to answer with.
 fn admit(
     scopes: &Scopes,
     mut req: http::Request<Incoming>,
-) -> Result<(http::Request<Body>, Option<Tend>), Status> {
+) -> Result<(http::Request<Body>, Admitted), Status> {
     let call = Call::of(req.uri().path());
-    let long = call.long.map(|kind| scopes.open_long(kind)).transpose()?;
-    let charge = scopes.charge(call.cost + crate::metered::header_bytes(req.headers()))?;
+    let slot = call.long.map(|kind| scopes.open_long(kind)).transpose()?;
+    let charge = scopes.charge(call.cost + header_bytes(req.headers()))?;
     req.extensions_mut().insert(charge.clone());
-    let activity = long.as_ref().map(|_| Activity::new());
-    let tend = long.map(|slot| {
-        let admission = Arc::clone(scopes.admission());
-        let idle = slot.kind().caps(admission.limits()).idle;
-        let (charge, activity) = (
-            charge.clone(),
-            Arc::clone(activity.as_ref().expect("set with long")),
-        );
-        Box::new(move |body| Tended::new(body, (slot, charge), admission, activity, idle)) as Tend
+    let lasting = slot.map(|slot| Lasting {
+        idle: slot.kind().caps(scopes.admission().limits()).idle,
+        activity: Activity::new(),
+        slot,
     });
-    Ok((
-        req.map(|body| Body::new(Metered::new(body, call, charge, activity))),
-        tend,
-    ))
+    let activity = lasting.as_ref().map(|l| Arc::clone(&l.activity));
+    let req = req.map(|body| Body::new(Metered::new(body, call, charge.clone(), activity)));
+    Ok((req, Admitted { charge, lasting }))
 }
 
 /// The client's deadline from `grpc-timeout` (digits, then a unit: `H`, `M`, `S`, `m`, `u`,

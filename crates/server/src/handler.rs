@@ -12,6 +12,7 @@ use sluice_core::Descriptor;
 use sluice_engine::{Decision, RateLimitRequest};
 use tonic::{Response, Status};
 
+use crate::admission::Charge;
 use crate::metrics::Api;
 use crate::state::{AppState, Runtime};
 
@@ -76,13 +77,40 @@ pub fn rule_label(decision: &Decision, outcome: &sluice_engine::DescriptorOutcom
         .unwrap_or_default()
 }
 
-/// Answers `req` through `wire`, the same way for every API.
+/// What a call's arrival charge ([`crate::admission::call::Call::cost`]) covers of a request being
+/// decided: a few descriptors of a few entries.
+const DECIDING_COVERED: usize = 8 * 1024;
+
+/// What a request being decided holds, roughly: the decoded message and the engine's copy of
+/// its descriptors, each about 64 bytes an entry plus its key and value, and 256 a descriptor.
+/// A message decodes to many times its size (an empty entry is 2 bytes on the wire), and lives
+/// as long as its decision, which may wait for the store.
+fn deciding_bytes(question: &Question<'_>) -> usize {
+    let per_descriptor = |d: &Descriptor| {
+        256 + d
+            .entries
+            .iter()
+            .map(|e| 64 + e.key.len() + e.value.len())
+            .sum::<usize>()
+    };
+    2 * question
+        .descriptors
+        .iter()
+        .map(per_descriptor)
+        .sum::<usize>()
+}
+
+/// Answers `request` through `wire`, the same way for every API. A request whose decision would
+/// hold more than its call was charged on arrival is charged the rest first
+/// ([`crate::admission`]), or refused with `RESOURCE_EXHAUSTED` (counted as `refused`).
 pub async fn handle<W: Wire + Sync>(
     state: &AppState,
     wire: &W,
-    req: W::Request,
+    request: tonic::Request<W::Request>,
 ) -> Result<Response<W::Response>, Status> {
     let started = Instant::now();
+    let charge = request.extensions().get::<Charge>().cloned();
+    let req = request.into_inner();
     let runtime = state.runtime.load();
     let response = match wire.intake(state, &runtime, &req) {
         Err(status) => {
@@ -94,6 +122,14 @@ pub async fn handle<W: Wire + Sync>(
             response
         }
         Ok(Intake::Decide(question)) => {
+            let held = deciding_bytes(&question);
+            if let Some(charge) = &charge
+                && held > DECIDING_COVERED
+                && let Err(status) = charge.grow(held - DECIDING_COVERED)
+            {
+                state.metrics.count(W::API, "refused");
+                return Err(status);
+            }
             let mut decision = state
                 .engine
                 .decide(&RateLimitRequest {

@@ -45,14 +45,14 @@ impl Holds for HoldsService {
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
-        handler::handle(&self.state, &Acquire, request.into_inner()).await
+        handler::handle(&self.state, &Acquire, request).await
     }
 
     async fn release(
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        handler::handle(&self.state, &Release, request.into_inner()).await
+        handler::handle(&self.state, &Release, request).await
     }
 }
 

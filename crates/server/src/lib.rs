@@ -17,8 +17,8 @@
 //! - [`limits`]: bounds on connections, streams, request bytes, long-lived calls and time for
 //!   every port.
 //! - [`admission`]: what gRPC clients hold while their calls are open (request bytes, long-lived
-//!   calls), per connection, per peer address and in all; [`metered`] charges each call's body
-//!   and closes long-lived calls that idle.
+//!   calls), per connection, per peer address and in all: each call's body and answer charged,
+//!   long-lived calls closed when they idle.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on hyper 1.
 //! - [`shadow`]: the global dry-run switch and sampled would-deny logs.
 //! - [`reload`]: live config reload by polling file contents.
@@ -40,7 +40,6 @@ pub mod holds;
 mod http1;
 pub mod incoming;
 pub mod limits;
-pub mod metered;
 pub mod metrics;
 pub mod one_task;
 pub mod quota;

@@ -37,7 +37,7 @@ impl RateLimitService for Rls {
         &self,
         request: Request<rl::RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        handler::handle(&self.state, self, request.into_inner()).await
+        handler::handle(&self.state, self, request).await
     }
 }
 

@@ -116,6 +116,14 @@ pub async fn serve_with_check(
         reflection_alpha = reflection_alpha.with_service_name(*service);
     }
 
+    // Read from the admission in force when scraped; a state served twice registered it once.
+    match crate::admission::Gauges::new(Arc::clone(&state.admission)) {
+        Ok(gauges) => match state.registry.register(Box::new(gauges)) {
+            Ok(()) | Err(prometheus::Error::AlreadyReg) => {}
+            Err(e) => tracing::warn!(error = %e, "admission gauges not registered"),
+        },
+        Err(e) => tracing::warn!(error = %e, "admission gauges not created"),
+    }
     let stop_grpc = CancellationToken::new();
     let stop_maintenance = CancellationToken::new();
     let background = state.background.clone();

@@ -38,7 +38,7 @@ impl Usage for UsageService {
         &self,
         request: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
-        handler::handle(&self.state, self, request.into_inner()).await
+        handler::handle(&self.state, self, request).await
     }
 }
 

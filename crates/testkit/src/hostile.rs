@@ -48,6 +48,16 @@ impl Client {
     /// Connects to `server` from `from` (any address of `127.0.0.0/8` is this host's loopback,
     /// so each is a different client address to the server).
     pub async fn connect(server: SocketAddr, from: IpAddr) -> io::Result<Self> {
+        Self::connect_with_window(server, from, u32::MAX >> 1).await
+    }
+
+    /// [`connect`](Self::connect) with the flow-control windows the client grants the server:
+    /// 0 and the server can send no answer's body at all (a client that never reads).
+    pub async fn connect_with_window(
+        server: SocketAddr,
+        from: IpAddr,
+        window: u32,
+    ) -> io::Result<Self> {
         let socket = match from {
             IpAddr::V4(_) => TcpSocket::new_v4()?,
             IpAddr::V6(_) => TcpSocket::new_v6()?,
@@ -56,10 +66,8 @@ impl Client {
         let tcp = socket.connect(server).await?;
         tcp.set_nodelay(true)?;
         let (send, connection) = h2::client::Builder::new()
-            // Windows as large as HTTP/2 allows: the client never makes the server wait to
-            // send, so whatever the server buffers is its own choice.
-            .initial_window_size(u32::MAX >> 1)
-            .initial_connection_window_size(u32::MAX >> 1)
+            .initial_window_size(window)
+            .initial_connection_window_size(window.max(65_535))
             .handshake(tcp)
             .await
             .map_err(io::Error::other)?;

@@ -36,7 +36,7 @@ use crate::state::AppState;
 
 /// Responses waiting to be written to one stream; a stream whose Envoy stops reading stops being
 /// ticked (each tick waits for room), so a slow client holds at most this many.
-const OUTBOX: usize = 16;
+const OUTBOX: usize = 4;
 
 /// The RLQS gRPC service.
 pub struct RlqsService {

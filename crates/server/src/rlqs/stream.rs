@@ -41,10 +41,16 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
 /// (`too_large`). Each id is held once, and answers must name it as Envoy sent it.
 pub const MAX_ID_BYTES: usize = 1 << 20;
 
-/// What a stream is charged per bucket it tracks, besides the bucket id's bytes: the bucket's
-/// state, its entry in the stream's map and in `ListAssignments`' view (rounded up; measured
-/// with `loadtest/pin-memory.sh`).
-pub const BUCKET_COST: usize = 1024;
+/// What a stream is charged per bucket it tracks, besides three times the bucket id's bytes
+/// (the stream's copy, `ListAssignments`' view, the answer being built): the bucket's state,
+/// its entries in the stream's map and the view (2.4 KiB measured with 4 096 buckets a stream,
+/// `loadtest/pin-memory.sh`; rounded up).
+pub const BUCKET_COST: usize = 3 * 1024;
+
+/// What tracking the bucket `entries` costs its stream.
+fn bucket_cost(entries: &[Entry]) -> usize {
+    BUCKET_COST + 3 * id_bytes(entries)
+}
 
 /// Runs one stream until Envoy closes it, it fails, or sluice drains. Its buckets are charged to
 /// `charge`, the call's request bytes ([`crate::admission`]), when there is one.
@@ -80,7 +86,7 @@ pub async fn run(
                     }
                 }
                 Ok(None) => break None,
-                // A bound on what the client may hold (`crate::metered`): the client is told.
+                // A bound on what the client may hold (`crate::admission`): the client is told.
                 Err(e) if e.code() == tonic::Code::ResourceExhausted => break Some(e),
                 Err(e) => {
                     tracing::debug!(%peer, error = %e, "RLQS stream ended");
@@ -172,7 +178,7 @@ impl RlqsStream {
                     } else if self.id_bytes + bytes > MAX_ID_BYTES {
                         Some("too_large")
                     } else if let Some(charge) = &self.charge
-                        && charge.grow(BUCKET_COST + bytes).is_err()
+                        && charge.grow(bucket_cost(&entries)).is_err()
                     {
                         Some("request_bytes")
                     } else {
@@ -313,7 +319,7 @@ impl RlqsStream {
             if let Some(slot) = self.slots.remove(&id) {
                 self.id_bytes -= id_bytes(&id);
                 if let Some(charge) = &self.charge {
-                    charge.shrink(BUCKET_COST + id_bytes(&id));
+                    charge.shrink(bucket_cost(&id));
                 }
                 actions.push(wire::abandon(entries_of(&slot.kind)));
                 self.state.metrics.rlqs.sent(None);
