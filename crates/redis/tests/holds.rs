@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::descriptor::Hold;
-use sluice_core::{Descriptor, SystemClock, Unit};
-use sluice_engine::{Code, Engine, EngineMetrics, EngineSettings, GlobalStore, RateLimitRequest};
+use sluice_core::{Descriptor, Unit};
+use sluice_engine::{Code, Engine, GlobalStore, RateLimitRequest};
 
 /// 4 in flight, a hold timeout of 2 s.
 fn slots() -> Rate {
@@ -108,13 +108,7 @@ descriptors:
 "#;
 
 fn sidecar(store: Arc<dyn GlobalStore>) -> Engine {
-    Engine::new(
-        sluice_core::parse_config(RULES).expect("rules").rules,
-        store,
-        Arc::new(SystemClock::new()),
-        EngineSettings::default(),
-        EngineMetrics::unregistered(),
-    )
+    common::engine::engine_with(RULES, store)
 }
 
 async fn hold(e: &Engine, op: Hold) -> (Code, Option<u64>, u32) {

@@ -137,15 +137,7 @@ fn config_json(state: &AppState) -> serde_json::Value {
     let list: Vec<serde_json::Value> = rules
         .rules()
         .iter()
-        .map(|r| {
-            let r = crate::quota::rule_of(r);
-            serde_json::json!({
-                "domain": r.domain, "name": r.name, "path": r.path,
-                "requests_per_unit": r.requests_per_unit, "unit": r.unit,
-                "unit_multiplier": r.unit_multiplier.max(1), "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode,
-                "unlimited": r.unlimited, "source": r.source,
-            })
-        })
+        .map(|r| crate::quota::rule_json(&crate::quota::rule_of(r)))
         .collect();
     serde_json::json!({
         "version": runtime.version,

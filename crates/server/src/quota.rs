@@ -144,6 +144,7 @@ pub fn to_state(view: &QuotaView, store: &str) -> pb::QuotaState {
     out.fallback = r.fallback;
     out.charge = r.charge;
     out.max_debt = r.max_debt;
+    out.algorithm = r.algorithm;
     // Whole tokens owed, rounded up (a bucket at -0.2 still denies checks).
     out.debt = (-out.global_remaining).max(0.0).ceil() as u64;
     out.limits = view.more.iter().map(|v| to_state(v, store)).collect();
@@ -163,6 +164,7 @@ pub fn state_json(s: &pb::QuotaState) -> serde_json::Value {
         "matched": s.matched, "rule": s.rule, "reason": s.reason,
         "requests_per_unit": s.requests_per_unit, "unit": s.unit,
         "unit_multiplier": s.unit_multiplier.max(1), "burst": s.burst,
+        "algorithm": s.algorithm,
         "global_remaining": (!s.remaining_unknown).then_some(s.global_remaining),
         "local_lease": s.local_lease,
         "until_full_seconds": (!s.remaining_unknown).then_some(until_full), "mode": s.mode,
@@ -439,7 +441,20 @@ pub fn rule_of(r: &sluice_core::Rule) -> pb::Rule {
             out.fallback = fallback.as_str().into();
             out.charge = payment.as_str().into();
             out.max_debt = payment.max_debt().unwrap_or(0);
+            out.algorithm = rate.algorithm.as_str().into();
         }
     }
     out
+}
+
+/// The JSON form of a rule, as `/config` and `sluice rules -o json` print it.
+pub fn rule_json(r: &pb::Rule) -> serde_json::Value {
+    serde_json::json!({
+        "domain": r.domain, "name": r.name, "path": r.path,
+        "requests_per_unit": r.requests_per_unit, "unit": r.unit,
+        "unit_multiplier": r.unit_multiplier.max(1), "burst": r.burst,
+        "algorithm": r.algorithm, "mode": r.mode, "fallback": r.fallback,
+        "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source,
+        "charge": r.charge, "max_debt": r.max_debt,
+    })
 }

@@ -137,3 +137,57 @@ async fn a_garbage_token_does_not_fail_the_usage_reported_with_it() {
     );
     server.stop().await.expect("clean stop");
 }
+
+/// Found by a security review: six acquires carrying an Envoy descriptor `limit` override
+/// (1000/SECOND, as Envoy sends whenever a `rate_limits` entry reads `limit` from dynamic
+/// metadata) were all admitted with no `x-sluice-hold` token on a 3-slot key, and three plain
+/// acquires passed after them: 9 in flight. The override is ignored on a concurrency limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envoy_limit_override_on_an_acquire_still_takes_a_slot() {
+    let server = TestServer::start(CONFIG).await;
+    let mut rls = server.rls().await;
+    let mut call = async |req| rls.should_rate_limit(req).await.expect("rpc").into_inner();
+    let per_second = |mut req: sluice_proto::envoy::ratelimit::RateLimitRequest| {
+        req.descriptors[0].limit = Some(
+            sluice_proto::envoy::common_ratelimit::rate_limit_descriptor::RateLimitOverride {
+                requests_per_unit: 1000,
+                unit: 1,
+            },
+        );
+        req
+    };
+    let acquire = request("llm", &[&[("tenant", "acme"), ("sluice-hold", "acquire")]]);
+    let mut tokens = Vec::new();
+    for _ in 0..4 {
+        let resp = call(per_second(acquire.clone())).await;
+        let admitted = resp.overall_code == Code::Ok as i32;
+        let held = token(&resp);
+        assert_eq!(admitted, held.is_some(), "a token iff admitted");
+        let limit = resp.statuses[0].current_limit.as_ref().expect("limit");
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (2, 0),
+            "the rule's 2 in flight, not the override's rate"
+        );
+        tokens.extend(held);
+    }
+    assert_eq!(tokens.len(), 2, "2 slots");
+    for _ in 0..3 {
+        let plain = call(acquire.clone()).await;
+        assert_eq!(plain.overall_code, Code::OverLimit as i32, "full");
+    }
+    // The release finds its hold, with the override as without it.
+    let release = request(
+        "llm",
+        &[&[("tenant", "acme"), ("sluice-release", tokens[0].as_str())]],
+    );
+    call(per_second(release)).await;
+    let again = call(acquire.clone()).await;
+    assert!(token(&again).is_some(), "freed");
+    assert_eq!(
+        call(acquire).await.overall_code,
+        Code::OverLimit as i32,
+        "2 again"
+    );
+    server.stop().await.expect("clean stop");
+}

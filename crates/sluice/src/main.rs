@@ -20,6 +20,7 @@ mod quota;
 mod report;
 mod rules;
 mod run;
+mod state;
 mod watch;
 
 use std::process::ExitCode;

@@ -9,7 +9,8 @@ use sluice_proto::sluice::v1::quota_client::QuotaClient;
 
 use crate::cli::{Output, QuotaCommand, RuleFilter};
 use crate::connect::{channel, entries, reader, status_error};
-use crate::output::{out, period, table};
+use crate::output::{out, table};
+use crate::state::print_state;
 
 /// `sluice quota …`.
 pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
@@ -148,95 +149,6 @@ pub async fn quota(command: QuotaCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_state(s: &pb::QuotaState, output: Output) {
-    if output == Output::Json {
-        out(&sluice_server::quota::state_json(s).to_string());
-        return;
-    }
-    if !s.matched {
-        out(&format!("not limited: {}", s.reason));
-        return;
-    }
-    let mut rows = vec![
-        vec!["rule".to_string(), s.rule.clone()],
-        vec!["matched because".into(), s.reason.clone()],
-        vec![
-            "limit".into(),
-            format!(
-                "{} per {} (burst {})",
-                s.requests_per_unit,
-                period(&s.unit, s.unit_multiplier),
-                s.burst
-            ),
-        ],
-        vec!["global remaining".into(), remaining(s)],
-        vec!["this instance's lease".into(), s.local_lease.to_string()],
-    ];
-    if s.charge == "post_paid" {
-        let debt = if s.remaining_unknown {
-            "unknown".into()
-        } else if s.debt > 0 {
-            format!("{} (checks denied until repaid)", s.debt)
-        } else {
-            "0".into()
-        };
-        rows.push(vec![
-            "charge".into(),
-            format!("post_paid (max debt {})", s.max_debt),
-        ]);
-        rows.push(vec!["debt".into(), debt]);
-    }
-    rows.extend([
-        vec!["full again in".into(), until_full(s)],
-        vec![
-            "mode".into(),
-            format!(
-                "{} (fallback {}){}",
-                s.mode,
-                s.fallback,
-                if s.shadow_mode { ", shadow" } else { "" }
-            ),
-        ],
-        vec![
-            "store".into(),
-            format!(
-                "{}{}",
-                s.store,
-                if s.degraded {
-                    " (DEGRADED: fallback applies)"
-                } else {
-                    ""
-                }
-            ),
-        ],
-    ]);
-    if s.holds > 0 {
-        rows.push(vec![
-            "held here".into(),
-            format!("{} in {} holds of requests in flight", s.held, s.holds),
-        ]);
-    }
-    rows.push(vec!["last denied here".into(), last_denial(s)]);
-    // Further limits of the descriptor (`rate_limits`): each with its own remaining.
-    for (i, more) in s.limits.iter().enumerate() {
-        rows.push(vec![
-            format!("limit {}", i + 2),
-            format!(
-                "{}: {} per {} (burst {}), remaining {}, this instance's lease {}, full in {}, last denied here {}",
-                more.rule,
-                more.requests_per_unit,
-                period(&more.unit, more.unit_multiplier),
-                more.burst,
-                remaining(more),
-                more.local_lease,
-                until_full(more),
-                last_denial(more)
-            ),
-        ]);
-    }
-    table(&rows);
-}
-
 /// `quota top`: one row per key, most denied first, then how much time the counts cover.
 fn print_top(t: &pb::TopDeniedResponse, output: Output) {
     if output == Output::Json {
@@ -263,53 +175,6 @@ fn print_top(t: &pb::TopDeniedResponse, output: Output) {
         t.window_seconds,
         t.store
     ));
-}
-
-/// When and why this instance last denied the key under this limit: `4.2s ago (2026-…Z):
-/// over_limit`, or `never` (while it tracks the key).
-fn last_denial(s: &pb::QuotaState) -> String {
-    let Some(d) = &s.last_denial else {
-        return "never (while tracked)".into();
-    };
-    use sluice_core::Clock as _;
-    // RFC 3339 ends with year 9999; a server's answer past it is shown as sent.
-    const YEAR_10000_MICROS: u64 = 253_402_300_800_000_000;
-    let at = if d.at_unix_micros < YEAR_10000_MICROS {
-        let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(d.at_unix_micros);
-        humantime::format_rfc3339_seconds(at).to_string()
-    } else {
-        format!("{} µs after 1970", d.at_unix_micros)
-    };
-    let now = sluice_core::SystemClock::new().now_micros();
-    format!(
-        "{:.1}s ago ({at}): {}{}",
-        now.saturating_sub(d.at_unix_micros) as f64 / 1e6,
-        d.reason,
-        if d.fallback {
-            " (by the fallback: the store was unavailable)"
-        } else {
-            ""
-        }
-    )
-}
-
-/// The global bucket's tokens, or why they are unknown (the store did not answer the peek).
-pub(crate) fn remaining(s: &pb::QuotaState) -> String {
-    if s.remaining_unknown {
-        format!("unknown: {}", s.store_error)
-    } else {
-        format!("{:.2}", s.global_remaining)
-    }
-}
-
-/// The time until the bucket is full again, or `unknown` (the store did not answer the peek).
-fn until_full(s: &pb::QuotaState) -> String {
-    if s.remaining_unknown {
-        "unknown".into()
-    } else {
-        let seconds = sluice_server::durations::seconds(s.until_full.as_ref());
-        format!("{seconds:.1}s")
-    }
 }
 
 /// A `--domain` the loaded config does not have: an error, not "not limited".

@@ -5,7 +5,7 @@ use sluice_proto::sluice::v1 as pb;
 
 use crate::cli::{Output, Target};
 use crate::connect::{reader, status_error};
-use crate::output::{out, period, table};
+use crate::output::{Shape, out, table};
 
 /// `sluice rules`.
 pub async fn rules(target: Target) -> anyhow::Result<()> {
@@ -19,7 +19,7 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         let rules: Vec<_> = resp
             .rules
             .iter()
-            .map(|r| json!({"domain": r.domain, "name": r.name, "path": r.path, "requests_per_unit": r.requests_per_unit, "unit": r.unit, "unit_multiplier": r.unit_multiplier.max(1), "burst": r.burst, "mode": r.mode, "fallback": r.fallback, "shadow_mode": r.shadow_mode, "unlimited": r.unlimited, "source": r.source, "charge": r.charge, "max_debt": r.max_debt}))
+            .map(sluice_server::quota::rule_json)
             .collect();
         out(&json!({"config_version": resp.config_version, "rules": rules}).to_string());
         return Ok(());
@@ -37,11 +37,7 @@ pub async fn rules(target: Target) -> anyhow::Result<()> {
         let limit = if r.unlimited {
             "unlimited".into()
         } else {
-            format!(
-                "{}/{}",
-                r.requests_per_unit,
-                period(&r.unit, r.unit_multiplier)
-            )
+            Shape::from(r).short()
         };
         let mut mode = r.mode.clone();
         if r.charge == "post_paid" {

@@ -10,8 +10,9 @@ use sluice_proto::sluice::v1 as pb;
 
 use crate::cli::{DescriptorArgs, Output, Target};
 use crate::connect::{entries, reader, status_error};
-use crate::output::{out, period};
-use crate::quota::{remaining, unknown_domain};
+use crate::output::{Shape, out};
+use crate::quota::unknown_domain;
+use crate::state::{free, remaining};
 
 /// Streams `WatchQuota` and prints what changed: in the table output, a header (rule, limit,
 /// mode, store) whenever it changes, then a timestamped line whenever the numbers do; in JSON,
@@ -72,11 +73,9 @@ fn header_of(s: &pb::QuotaState) -> String {
         return format!("not limited: {}", s.reason);
     }
     format!(
-        "rule {}: {} per {} (burst {}), mode {}, store {}{}{}",
+        "rule {}: {}, mode {}, store {}{}{}",
         s.rule,
-        s.requests_per_unit,
-        period(&s.unit, s.unit_multiplier),
-        s.burst,
+        Shape::from(s).text(),
         s.mode,
         s.store,
         if s.degraded {
@@ -94,7 +93,11 @@ fn numbers_of(s: &pb::QuotaState) -> String {
     if !s.matched {
         return String::new();
     }
-    let mut line = format!("remaining {}  lease {}", remaining(s), s.local_lease);
+    let mut line = if Shape::from(s).is_concurrency() {
+        format!("free {}  lease {}  held {}", free(s), s.local_lease, s.held)
+    } else {
+        format!("remaining {}  lease {}", remaining(s), s.local_lease)
+    };
     if s.charge == "post_paid" && !s.remaining_unknown {
         line.push_str(&format!("  debt {}", s.debt));
     }

@@ -105,3 +105,73 @@ fn acquire_then_release_over_the_cli() {
         String::from_utf8_lossy(&fits.stderr)
     );
 }
+
+/// `sluice` run against `addr` with `args`: its stdout (it must succeed).
+fn stdout_of(addr: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .args(["--addr", addr])
+        .output()
+        .expect("sluice");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Found by a security review: `quota get` and `sluice rules` showed a concurrency limit as
+/// `limit 0 per 60 seconds (burst 1)`. They say how many may be in flight, the hold timeout,
+/// and the slots: free, and held by requests in flight (no rate, no "full again").
+#[test]
+fn quota_get_and_rules_show_a_concurrency_limit_as_requests_in_flight() {
+    let sluice = common::start(CONFIG);
+    let addr = format!("http://{}", sluice.grpc);
+    assert!(hold(&addr, &["acquire", "-d", "user=ann"]).status.success());
+    let get = ["quota", "get", "--domain", "jobs", "-d", "user=ann"];
+    let view = stdout_of(&addr, &get);
+    let row = |name: &str| {
+        view.lines()
+            .find_map(|l| l.strip_prefix(name).map(str::trim))
+            .unwrap_or_else(|| panic!("no {name} row in {view}"))
+            .to_string()
+    };
+    assert_eq!(row("limit "), "1 in flight (hold timeout 1m)", "{view}");
+    assert_eq!(
+        row("free slots "),
+        "0 in the store, 0 in this instance's lease",
+        "{view}"
+    );
+    assert_eq!(
+        row("held here "),
+        "1 slot, by 1 request in flight",
+        "{view}"
+    );
+    for rate_words in ["per ", "burst", "full again", "global remaining"] {
+        assert!(!view.contains(rate_words), "{rate_words:?} in {view}");
+    }
+    let json = stdout_of(&addr, &[&get[..], &["-o", "json"]].concat());
+    let json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(
+        (&json["algorithm"], &json["burst"], &json["held"]),
+        (&"concurrency".into(), &1.into(), &1.into()),
+        "{json}"
+    );
+
+    let rules = stdout_of(&addr, &["rules"]);
+    let line = rules
+        .lines()
+        .find(|l| l.contains("one_at_a_time"))
+        .unwrap_or_else(|| panic!("{rules}"));
+    assert!(line.contains("1 in flight, hold 1m"), "{rules}");
+    let budget = rules
+        .lines()
+        .find(|l| l.contains("budget"))
+        .expect("budget");
+    assert!(budget.contains("1000/hour"), "a rate stays a rate: {rules}");
+    let json = stdout_of(&addr, &["rules", "-o", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(json["rules"][0]["algorithm"], "concurrency", "{json}");
+    assert_eq!(json["rules"][1]["algorithm"], "token_bucket", "{json}");
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::rate::Rate;
+use crate::rate::{Algorithm, Rate};
 use crate::schema::{Fallback, Mode};
 
 /// Index of a rule in its [`RuleSet`](crate::rules::RuleSet).
@@ -25,6 +25,32 @@ pub enum Limit {
         /// When hits are paid.
         payment: Payment,
     },
+}
+
+impl Limit {
+    /// Whether a caller's `limit` override (Envoy's per-descriptor `RateLimitOverride`, which
+    /// Envoy sends whenever a `rate_limits` entry reads `limit` from dynamic metadata) may
+    /// change this limit: the one place that decides it, for acquires, releases and checks alike.
+    ///
+    /// An override is a rate, so it changes a prepaid rate (and makes an `unlimited` rule a
+    /// limit, as envoyproxy/ratelimit does). It never changes:
+    /// - a concurrency limit: it has no rate, and "1000 per second" says nothing about how many
+    ///   may run at once. Read as a number of slots, one request's own N could not be held on
+    ///   slots every sidecar shares without asking the store on every acquire; read as a rate,
+    ///   it took no slot at all (9 in flight on a 3-slot key). The rule's N stands.
+    /// - a post-paid budget: its usage, debt and reservations must land in the rule's own bucket
+    ///   whichever of a request's descriptors (request-time, stream-done) carries an override;
+    ///   made a prepaid rate, a release's usage was charged nowhere and its reservation was not
+    ///   found.
+    pub const fn takes_override(&self) -> bool {
+        match self {
+            Limit::Unlimited => true,
+            Limit::Limited { rate, payment, .. } => {
+                !matches!(rate.algorithm, Algorithm::Concurrency)
+                    && matches!(payment, Payment::Prepaid)
+            }
+        }
+    }
 }
 
 /// When a limited rule's hits are paid. Not part of the rule's identity: a bucket's state means

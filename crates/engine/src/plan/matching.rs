@@ -5,8 +5,9 @@ use std::borrow::Cow;
 
 use sluice_core::bucket::Rate;
 use sluice_core::config::{Fallback, Mode};
+use sluice_core::descriptor::LimitOverride;
 use sluice_core::rules::{Limit, Match, Payment};
-use sluice_core::{Descriptor, Entry, RuleSet};
+use sluice_core::{Descriptor, Entry, Rule, RuleSet};
 use smallvec::SmallVec;
 
 use crate::decision::LimitInfo;
@@ -54,9 +55,14 @@ pub(super) fn matched<'r, 'd>(
     {
         return overridden(rules, domain, d, o, rule, key);
     }
-    let Some(rule) = rule else {
-        return Found::Nothing;
-    };
+    match rule {
+        Some(rule) => own_limits(rules, rule, key),
+        None => Found::Nothing,
+    }
+}
+
+/// The limits of `rule`'s descriptor as the config writes them, on the bucket keyed by `key`.
+fn own_limits<'r, 'd>(rules: &'r RuleSet, rule: &'r Rule, key: Cow<'d, [Entry]>) -> Found<'r, 'd> {
     if rule.limit == Limit::Unlimited {
         return Found::Unlimited;
     }
@@ -71,10 +77,7 @@ pub(super) fn matched<'r, 'd>(
 
 /// The limit of `rule` (one of a descriptor's limits) on the bucket keyed by `key`; `None` for
 /// an `unlimited` rule.
-fn rule_limit<'r, 'd>(
-    rule: &'r sluice_core::Rule,
-    key: Cow<'d, [Entry]>,
-) -> Option<Matched<'r, 'd>> {
+fn rule_limit<'r, 'd>(rule: &'r Rule, key: Cow<'d, [Entry]>) -> Option<Matched<'r, 'd>> {
     let Limit::Limited {
         rate,
         mode,
@@ -104,9 +107,12 @@ fn rule_limit<'r, 'd>(
 }
 
 /// The limits of a descriptor carrying a caller's `limit` override. The override changes the
-/// rate of the descriptor's first limit, never its bucket: it charges the global bucket of the
-/// rule it matched (keyed as the rule keys it, `share_threshold` patterns included), and the
-/// descriptor's further limits (`rate_limits`) still apply. Every override value is its own
+/// rate of the descriptor's first limit that takes one ([`Limit::takes_override`]: a prepaid
+/// rate), never its bucket: it charges that limit's global bucket (keyed as the rule keys it,
+/// `share_threshold` patterns included), and the descriptor's other limits (`rate_limits`)
+/// still apply as written. A descriptor whose limits take none (concurrency limits, post-paid
+/// budgets) is decided as if no override came: a concurrency acquire still takes its slot, and
+/// its release finds the hold with or without the override. Every override value is its own
 /// local lease (the table identity includes the rate) on that one global bucket, and the store
 /// refills a bucket at the rate of each call, capped at that rate's burst, so no sequence of
 /// override values admits more than `max B + max L·t` of them: varying the override never
@@ -116,81 +122,99 @@ fn overridden<'r, 'd>(
     rules: &'r RuleSet,
     domain: &str,
     d: &'d Descriptor,
-    o: sluice_core::descriptor::LimitOverride,
-    rule: Option<&'r sluice_core::Rule>,
+    o: LimitOverride,
+    rule: Option<&'r Rule>,
     key: Cow<'d, [Entry]>,
 ) -> Found<'r, 'd> {
-    let mut rate = Rate::per_unit(o.requests_per_unit, o.unit);
-    let (mut mode, mut fallback, mut shadow) = (Mode::Strict, Fallback::LocalShare, false);
-    let mut limits: SmallVec<[Matched<'r, 'd>; 1]> = SmallVec::new();
-    let (store_identity, key, name, replaces): (u64, Cow<'d, [Entry]>, _, &'r [String]) = match rule
-    {
-        Some(rule) => {
-            if let Limit::Limited {
-                rate: own,
-                mode: m,
-                fallback: f,
-                ..
-            } = rule.limit
-            {
-                if own.algorithm.is_window() {
-                    rate = per_window(o, &own);
-                }
-                (mode, fallback, shadow) = (m, f, rule.shadow_mode);
-            }
-            limits.extend(
-                rules.limits_of(rule)[1..]
-                    .iter()
-                    .filter_map(|r| rule_limit(r, key.clone())),
-            );
-            (
-                rule.fingerprint,
-                key,
-                rule.explicit_name.as_deref(),
-                &rule.replaces,
-            )
-        }
-        None => (
-            override_bucket_identity(domain),
-            Cow::Borrowed(&d.entries[..]),
-            None,
-            &[],
-        ),
+    let Some(rule) = rule else {
+        let identity = override_bucket_identity(domain);
+        let key = Cow::Borrowed(&d.entries[..]);
+        let (mode, fallback) = (Mode::Strict, Fallback::LocalShare);
+        let rate = Rate::per_unit(o.requests_per_unit, o.unit);
+        let limit = override_limit(rate, (mode, fallback, false), identity, None, &[], key);
+        return Found::Limits(smallvec::smallvec![limit]);
     };
-    limits.insert(
-        0,
-        Matched {
-            info: LimitInfo {
-                rate,
-                rule: None,
-                mode,
-                fallback,
-                shadow,
-                quota: false,
-                count_denied: false,
-                payment: Payment::Prepaid,
-            },
-            // A local rule's bucket is this process's own state: an override decides that same
-            // bucket at its rate (the ledger refills it at the rate of each decision).
-            identity: if mode == Mode::Local {
-                store_identity
-            } else {
-                override_identity(store_identity, &rate)
-            },
-            store_identity,
-            name,
-            replaces,
-            key,
+    let limits = rules.limits_of(rule);
+    let Some(target) = limits.iter().position(|r| r.limit.takes_override()) else {
+        return own_limits(rules, rule, key);
+    };
+    Found::Limits(
+        limits
+            .iter()
+            .enumerate()
+            .filter_map(|(at, r)| {
+                if at == target {
+                    Some(override_of(o, r, key.clone()))
+                } else {
+                    rule_limit(r, key.clone())
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Limit `r` of a descriptor (one that [takes overrides](Limit::takes_override)) at the
+/// override's rate, on `r`'s own global bucket: a window rule keeps its window, and every rule
+/// its mode, fallback and shadow; an `unlimited` rule becomes a limit of the override's rate.
+fn override_of<'r, 'd>(o: LimitOverride, r: &'r Rule, key: Cow<'d, [Entry]>) -> Matched<'r, 'd> {
+    let mut rate = Rate::per_unit(o.requests_per_unit, o.unit);
+    let mut how = (Mode::Strict, Fallback::LocalShare, r.shadow_mode);
+    if let Limit::Limited {
+        rate: own,
+        mode,
+        fallback,
+        ..
+    } = r.limit
+    {
+        if own.algorithm.is_window() {
+            rate = per_window(o, &own);
+        }
+        how = (mode, fallback, r.shadow_mode);
+    }
+    let name = r.explicit_name.as_deref();
+    override_limit(rate, how, r.fingerprint, name, &r.replaces, key)
+}
+
+/// The limit an override makes: `rate` on the global bucket `store_identity`, decided the way
+/// `how` (mode, fallback, shadow) says, prepaid.
+fn override_limit<'r, 'd>(
+    rate: Rate,
+    (mode, fallback, shadow): (Mode, Fallback, bool),
+    store_identity: u64,
+    name: Option<&'r str>,
+    replaces: &'r [String],
+    key: Cow<'d, [Entry]>,
+) -> Matched<'r, 'd> {
+    Matched {
+        info: LimitInfo {
+            rate,
+            rule: None,
+            mode,
+            fallback,
+            shadow,
+            quota: false,
+            count_denied: false,
+            payment: Payment::Prepaid,
         },
-    );
-    Found::Limits(limits)
+        // A local rule's bucket is this process's own state: an override decides that same
+        // bucket at its rate (the ledger refills it at the rate of each decision).
+        identity: if mode == Mode::Local {
+            store_identity
+        } else {
+            override_identity(store_identity, &rate)
+        },
+        store_identity,
+        name,
+        replaces,
+        key,
+    }
 }
 
 /// An override on a window rule keeps the rule's window (its algorithm and period: windows
 /// of other periods do not line up, and a bucket read with another period would look like a
 /// new window): the override's requests per unit become the same rate per the rule's period,
 /// rounded down, at least 1.
-fn per_window(o: sluice_core::descriptor::LimitOverride, own: &Rate) -> Rate {
+fn per_window(o: LimitOverride, own: &Rate) -> Rate {
     let per_period = u128::from(o.requests_per_unit) * u128::from(own.period_secs().max(1))
         / u128::from(o.unit.seconds().max(1));
     let n = u64::try_from(per_period).unwrap_or(u64::MAX).max(1);

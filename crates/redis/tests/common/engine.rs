@@ -26,7 +26,13 @@ descriptors:
 
 /// An engine with `RULES` over `store`.
 pub fn engine(store: Arc<dyn GlobalStore>) -> Engine {
-    let rules = sluice_core::parse_config(RULES).expect("rules").rules;
+    engine_with(RULES, store)
+}
+
+/// An engine (a sidecar) with the rules of `config` over `store`, default settings, the
+/// system clock.
+pub fn engine_with(config: &str, store: Arc<dyn GlobalStore>) -> Engine {
+    let rules = sluice_core::parse_config(config).expect("rules").rules;
     Engine::new(
         rules,
         store,

@@ -2,6 +2,7 @@
 //! back by its release or its hold timeout; hostile releases change nothing.
 
 use super::*;
+use sluice_core::bucket::Algorithm;
 use sluice_core::descriptor::Hold;
 
 const HOLDS: &str = r#"
@@ -14,6 +15,10 @@ domains:
         rate_limit: {concurrency: 3, hold_timeout: 10s, mode: local, name: local_in_flight}
       - key: user
         rate_limit: {unit: minute, requests_per_unit: 2, name: per_user}
+      - key: job
+        rate_limits:
+          - {concurrency: 2, hold_timeout: 10s, name: jobs_in_flight}
+          - {unit: second, requests_per_unit: 5, name: jobs_per_second}
 "#;
 
 fn holding_engine(clock: &ManualClock, settings: EngineSettings) -> Engine {
@@ -153,6 +158,93 @@ async fn a_hold_never_released_comes_back_at_its_hold_timeout_and_only_once() {
     }
 }
 
+/// `d` with Envoy's per-descriptor `limit` override of `requests_per_unit` per `unit`.
+fn with_override(mut d: Descriptor, requests_per_unit: u64, unit: sluice_core::Unit) -> Descriptor {
+    d.limit_override = Some(sluice_core::descriptor::LimitOverride {
+        requests_per_unit,
+        unit,
+    });
+    d
+}
+
+/// Found by a security review: with `concurrency: 3`, six acquires carrying an override of
+/// 1000/SECOND (Envoy sends one whenever a `rate_limits` entry reads `limit` from dynamic
+/// metadata) were all admitted with no token, and three plain acquires passed too: 9 in flight.
+/// An override changes a rate; a concurrency limit has none, and keeps its N.
+#[tokio::test]
+async fn an_override_never_turns_a_concurrency_limit_into_a_rate() {
+    for key in ["tenant", "local_tenant"] {
+        let clock = ManualClock::at(1);
+        let e = holding_engine(&clock, EngineSettings::default());
+        let overridden = with_override(acquire(key, "a"), 1000, sluice_core::Unit::Second);
+        let mut tokens = Vec::new();
+        for _ in 0..6 {
+            let dec = ask(&e, std::slice::from_ref(&overridden)).await;
+            assert_eq!(
+                dec.overall == Code::Ok,
+                dec.hold.is_some(),
+                "{key}: a token iff admitted"
+            );
+            let limit = dec.outcomes[0].limit.expect("a limit");
+            assert_eq!(
+                (limit.rate.algorithm, limit.rate.burst),
+                (Algorithm::Concurrency, 3),
+                "{key}"
+            );
+            tokens.extend(dec.hold);
+        }
+        assert_eq!(
+            tokens.len(),
+            3,
+            "{key}: 3 slots, whatever the override says"
+        );
+        for _ in 0..3 {
+            assert!(
+                take(&e, key, "a").await.is_none(),
+                "{key}: plain acquires find it full"
+            );
+        }
+        // A release finds its hold with or without the override.
+        let release_overridden =
+            with_override(release(key, "a", tokens[0]), 7, sluice_core::Unit::Minute);
+        assert_eq!(ask(&e, &[release_overridden]).await.released, 1, "{key}");
+        assert_eq!(give(&e, key, "a", tokens[1]).await, 1, "{key}");
+        assert!(take(&e, key, "a").await.is_some(), "{key}");
+        assert!(take(&e, key, "a").await.is_some(), "{key}");
+        assert!(take(&e, key, "a").await.is_none(), "{key}: 3 again");
+    }
+}
+
+/// On a descriptor with a concurrency limit and a rate, the override changes the rate (its
+/// first limit that has one), and the acquire still takes a slot.
+#[tokio::test]
+async fn an_override_beside_a_concurrency_limit_changes_the_rate_only() {
+    let clock = ManualClock::at(1);
+    let e = holding_engine(&clock, EngineSettings::default());
+    let hourly = with_override(acquire("job", "j"), 1, sluice_core::Unit::Hour);
+    let first = ask(&e, std::slice::from_ref(&hourly)).await;
+    assert!(first.hold.is_some(), "admitted, holding a slot");
+    let second = ask(&e, &[hourly]).await;
+    assert_eq!(
+        (second.overall, second.hold),
+        (Code::OverLimit, None),
+        "1 an hour"
+    );
+    let rate = second.outcomes[0].limit.expect("the denying limit").rate;
+    assert_eq!(
+        (rate.requests_per_unit, rate.unit),
+        (1, sluice_core::Unit::Hour)
+    );
+    // The override spent the rule's bucket (one bucket, whatever the rate); a second on, the
+    // rule's own 5 a second refilled it.
+    clock.advance_millis(1_000);
+    assert!(take(&e, "job", "j").await.is_some(), "the rule's own rate");
+    let full = ask(&e, &[acquire("job", "j")]).await;
+    assert_eq!(full.hold, None, "2 in flight");
+    let limit = full.outcomes[0].limit.expect("the denying limit");
+    assert_eq!(limit.rate.algorithm, Algorithm::Concurrency);
+}
+
 #[tokio::test]
 async fn a_plain_descriptor_only_asks_whether_one_more_fits() {
     let clock = ManualClock::at(1);
@@ -244,98 +336,4 @@ async fn keys_with_holds_are_not_evicted() {
     assert_eq!(give(&e, "local_tenant", "a", token).await, 1, "found");
 }
 
-/// Two sidecars (engines) on one store: random acquires, releases (of real, released and
-/// made-up tokens), time, sweeps. Never more than N holds in flight on a key across both; every
-/// hold given back once; and once all are given back, N fit again (no slot lost).
-#[test]
-fn never_more_than_n_in_flight_and_no_slot_lost() {
-    use proptest::prelude::*;
-    #[derive(Debug, Clone)]
-    enum Op {
-        Acquire(usize, u8),
-        Release(usize, usize),
-        Bogus(usize, u64),
-        Advance(u64),
-        Sweep(usize),
-    }
-    let op = prop_oneof![
-        4 => (0..2usize, 0..2u8).prop_map(|(e, t)| Op::Acquire(e, t)),
-        3 => (0..2usize, any::<usize>()).prop_map(|(e, i)| Op::Release(e, i)),
-        1 => (0..2usize, any::<u64>()).prop_map(|(e, t)| Op::Bogus(e, t)),
-        1 => (0..4_000u64).prop_map(Op::Advance),
-        1 => (0..2usize).prop_map(Op::Sweep),
-    ];
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    proptest!(ProptestConfig::with_cases(64), |(ops in proptest::collection::vec(op, 1..80))| {
-        runtime.block_on(async {
-            let clock = ManualClock::at(1);
-            let store = MemoryStore::new(clock.clone());
-            let sidecar = || Engine::new(
-                parse_config(HOLDS).expect("config").rules,
-                store.clone(),
-                Arc::new(clock.clone()),
-                EngineSettings::default(),
-                EngineMetrics::unregistered(),
-            );
-            let engines = [sidecar(), sidecar()];
-            // Holds in flight: (engine, tenant, token, taken at).
-            let mut live: Vec<(usize, u8, u64, u64)> = Vec::new();
-            for op in ops {
-                let now = clock.now_micros();
-                // Holds past their timeout may have been given back by a sweep: as far as the
-                // limit goes, they no longer count once a sweep ran (below).
-                match op {
-                    Op::Acquire(i, t) => {
-                        if let Some(token) = take(&engines[i], "tenant", &t.to_string()).await {
-                            live.push((i, t, token, now));
-                        }
-                    }
-                    Op::Release(i, at) if !live.is_empty() => {
-                        let (e, t, token, _) = live.remove(at % live.len());
-                        // Released on its own sidecar (Envoy calls the one it acquired on);
-                        // on the other, it finds nothing.
-                        prop_assert_eq!(give(&engines[1 - e], "tenant", &t.to_string(), token).await, 0);
-                        let _ = give(&engines[e], "tenant", &t.to_string(), token).await;
-                        let _ = i;
-                    }
-                    Op::Release(..) => {}
-                    Op::Bogus(i, token) => {
-                        let real = live.iter().any(|l| l.2 == token);
-                        if !real {
-                            prop_assert_eq!(give(&engines[i], "tenant", "0", token).await, 0);
-                        }
-                    }
-                    Op::Advance(ms) => clock.advance_millis(ms),
-                    Op::Sweep(i) => {
-                        engines[i].sweep().await;
-                        let now = clock.now_micros();
-                        live.retain(|&(e, _, _, at)| e != i || now - at < 10_000_000);
-                    }
-                }
-                for t in 0..2u8 {
-                    let n = live.iter().filter(|l| l.1 == t).count();
-                    prop_assert!(n <= 3, "tenant {}: {} in flight", t, n);
-                }
-            }
-            // Everything given back (released, or lapsed and swept), leases returned: N fit.
-            for (e, t, token, _) in std::mem::take(&mut live) {
-                give(&engines[e], "tenant", &t.to_string(), token).await;
-            }
-            clock.advance_millis(20_000);
-            for e in &engines {
-                e.sweep().await;
-            }
-            for t in 0..2u8 {
-                let mut fit = 0;
-                for i in 0..6 {
-                    fit += usize::from(take(&engines[i % 2], "tenant", &t.to_string()).await.is_some());
-                }
-                prop_assert_eq!(fit, 3, "tenant {}", t);
-            }
-            Ok(())
-        })?;
-    });
-}
+mod props;

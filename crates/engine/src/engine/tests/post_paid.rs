@@ -26,6 +26,32 @@ fn usage(e: &Engine, outcome: &str) -> f64 {
         .get()
 }
 
+/// A caller's `limit` override never moves usage off a post-paid budget: before, a report
+/// carrying one was decided as a prepaid request at the override's rate, so 2 000 tokens of
+/// usage on a budget of 1 000 a minute were denied as a cost above its burst and charged
+/// nothing (and a smaller report was charged at the override's refill).
+#[tokio::test]
+async fn an_override_never_moves_usage_off_a_post_paid_budget() {
+    let clock = ManualClock::at(1);
+    let (e, _store) = engine(&clock);
+    let mut report = with_hits("budget", "b", 2_000);
+    report.limit_override = Some(sluice_core::descriptor::LimitOverride {
+        requests_per_unit: 1_000,
+        unit: sluice_core::Unit::Minute,
+    });
+    assert_eq!(
+        ask(&e, &[report]).await.overall,
+        Code::Ok,
+        "a report is never denied"
+    );
+    let check = ask(&e, &[with_hits("budget", "b", 0)]).await.outcomes[0];
+    assert_eq!(
+        (check.code, check.debt),
+        (Code::OverLimit, 1_000),
+        "charged to the budget, into debt (clamped at its burst)"
+    );
+}
+
 /// Post-paid: a report (explicit hits) is charged in full beyond what is left and answered OK; a
 /// check (explicit 0) is denied while the bucket is empty or in debt and passes once it is
 /// repaid; an absurd report is clamped at the debt bound (default: the burst), so the key is

@@ -2,7 +2,7 @@
 //! settled against the usage reported when it ends.
 
 use super::*;
-use sluice_core::descriptor::Hold;
+use sluice_core::descriptor::{Hold, LimitOverride};
 
 const RESERVING: &str = r#"
 domains:
@@ -32,9 +32,20 @@ fn reserving_engine(clock: &ManualClock) -> (Engine, Arc<MemoryStore<ManualClock
 
 /// Reserves for tenant `t` (estimate: the `sluice-estimate` entry, if any): the token.
 async fn reserve(e: &Engine, t: &str, estimate: Option<u64>) -> Option<u64> {
+    reserve_with(e, t, estimate, None).await
+}
+
+/// [`reserve`], the descriptor carrying a caller's `limit` override if given.
+async fn reserve_with(
+    e: &Engine,
+    t: &str,
+    estimate: Option<u64>,
+    limit: Option<LimitOverride>,
+) -> Option<u64> {
     let mut d = d(&[("budget", t)]);
     d.hold = Hold::Acquire;
     d.estimate = estimate;
+    d.limit_override = limit;
     let dec = ask(e, &[d]).await;
     assert_eq!(dec.overall == Code::Ok, dec.hold.is_some());
     dec.hold
@@ -42,9 +53,21 @@ async fn reserve(e: &Engine, t: &str, estimate: Option<u64>) -> Option<u64> {
 
 /// Settles `token` with `used` tokens reported (Envoy's stream-done entry).
 async fn settle(e: &Engine, t: &str, token: u64, used: u64) -> Decision {
+    settle_with(e, t, token, used, None).await
+}
+
+/// [`settle`], the descriptor carrying a caller's `limit` override if given.
+async fn settle_with(
+    e: &Engine,
+    t: &str,
+    token: u64,
+    used: u64,
+    limit: Option<LimitOverride>,
+) -> Decision {
     let mut d = d(&[("budget", t)]);
     d.hold = Hold::Release(token);
     d.hits_addend = Some(used);
+    d.limit_override = limit;
     ask(e, &[d]).await
 }
 
@@ -155,17 +178,27 @@ async fn a_reservation_never_settled_stays_charged_after_its_hold_timeout() {
 #[test]
 fn reservations_conserve_charged_equals_reported() {
     use proptest::prelude::*;
+    // Each with or without a caller `limit` override (it never changes a post-paid budget:
+    // before, an overridden acquire reserved nothing and an overridden settle charged nothing).
+    type Override = Option<u64>;
     #[derive(Debug, Clone)]
     enum Op {
-        Reserve(Option<u64>),
-        Settle(usize, u64),
-        Stray(u64),
+        Reserve(Option<u64>, Override),
+        Settle(usize, u64, Override),
+        Stray(u64, Override),
     }
+    let limit = || proptest::option::of(0..2_000u64);
     let op = prop_oneof![
-        3 => proptest::option::of(0..2_000u64).prop_map(Op::Reserve),
-        3 => (any::<usize>(), 0..1_000u64).prop_map(|(i, u)| Op::Settle(i, u)),
-        1 => (0..1_000u64).prop_map(Op::Stray),
+        3 => (proptest::option::of(0..2_000u64), limit()).prop_map(|(n, o)| Op::Reserve(n, o)),
+        3 => (any::<usize>(), 0..1_000u64, limit()).prop_map(|(i, u, o)| Op::Settle(i, u, o)),
+        1 => (0..1_000u64, limit()).prop_map(|(u, o)| Op::Stray(u, o)),
     ];
+    let overridden = |o: Override| {
+        o.map(|requests_per_unit| sluice_core::descriptor::LimitOverride {
+            requests_per_unit,
+            unit: sluice_core::Unit::Minute,
+        })
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -192,19 +225,20 @@ domains:
             let mut reported = 0u64;
             for op in ops {
                 match op {
-                    Op::Reserve(estimate) => {
-                        let token = reserve(&e, "t", estimate).await;
+                    Op::Reserve(estimate, o) => {
+                        let token = reserve_with(&e, "t", estimate, overridden(o)).await;
                         prop_assert!(token.is_some(), "never denied here");
                         open.push(token.unwrap_or(0));
                     }
-                    Op::Settle(i, used) if !open.is_empty() => {
+                    Op::Settle(i, used, o) if !open.is_empty() => {
                         let token = open.remove(i % open.len());
-                        settle(&e, "t", token, used).await;
+                        let done = settle_with(&e, "t", token, used, overridden(o)).await;
+                        prop_assert_eq!(done.released, 1, "found, with or without an override");
                         reported += used;
                     }
                     Op::Settle(..) => {}
-                    Op::Stray(used) => {
-                        settle(&e, "t", 0, used).await;
+                    Op::Stray(used, o) => {
+                        settle_with(&e, "t", 0, used, overridden(o)).await;
                         reported += used;
                     }
                 }
