@@ -73,7 +73,7 @@ pub enum StoreOp {
     Release = 1,
     /// Read a global bucket.
     Peek = 2,
-    /// Charge post-paid usage, into debt.
+    /// Charge post-paid usage, or what a fallback owes after an outage, into debt.
     Charge = 3,
     /// Close a fixed window that counts denials (`count_denied`).
     Close = 4,
