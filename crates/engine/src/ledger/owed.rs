@@ -48,17 +48,18 @@
 use sluice_core::bucket::{BucketState, Rate};
 
 /// What a key's fallback owes the global store: tokens settled and not yet charged, and the
-/// account of an outage still going on.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// account of an outage still going on (boxed: every denied key carries an `Owed` in its
+/// `Rare`, and few of them ever owe).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Owed {
     /// Tokens owed from outages the store has answered since, not yet charged to it.
     settled: u64,
     /// The outage in progress, from this key's first fallback spending in it.
-    open: Option<Account>,
+    open: Option<Box<Account>>,
 }
 
 /// One outage's account of a key (a token bucket's; windows owe into `settled` directly).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Account {
     /// When the account opened: the fallback's first spending in this outage.
     since: u64,
@@ -100,7 +101,7 @@ impl Owed {
         }
         let account = self.open.get_or_insert_with(|| {
             let start = reading.clamp(0.0, rate.burst as f64);
-            Account {
+            Box::new(Account {
                 since: now,
                 start,
                 exact: BucketState {
@@ -109,7 +110,7 @@ impl Owed {
                     previous: 0.0,
                 },
                 instances: instances.max(1),
-            }
+            })
         });
         account.exact.refill(rate, now);
         account.exact.tokens -= account.instances as f64 * tokens as f64;
@@ -117,7 +118,7 @@ impl Owed {
 
     /// What is owed: what is settled, and what the outage in progress owes so far.
     pub fn due(&self, rate: &Rate) -> u64 {
-        let open = self.open.map_or(0, |a| a.owes(rate));
+        let open = self.open.as_ref().map_or(0, |a| a.owes(rate));
         self.settled.saturating_add(open)
     }
 
