@@ -262,7 +262,7 @@ fn outages(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
     /// A key under its limit (5–85% of it, shifting at the outage's edges) on 1–3 sidecars,
     /// the store gone for 0.1–8 s, paused or restarted empty: after it returns, nothing is
     /// denied that the exact bucket admits, and `B + L·t` holds over every window (with the
@@ -278,7 +278,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
     /// Demand up to 6× the limit before, during and after an outage of 0.1–8 s on 1–3
     /// sidecars, paused or restarted empty: `B + L·t` holds over every window (with the stated
     /// slack).
