@@ -17,8 +17,8 @@ cargo test --workspace --locked
 scripts/valkey-image.sh
 SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 cargo test --workspace --locked --test acl --test batch \
   --test conformance --test conformance_props --test demand --test faults --test global \
-  --test heartbeat --test holds --test holds_overrides --test holds_props --test post_paid \
-  --test pushed_resets --test top
+  --test heartbeat --test holds --test holds_overrides --test holds_props --test outage \
+  --test post_paid --test pushed_resets --test top
 # README's quick start, the Envoy walkthrough and the concurrency example's (two pods on a Redis
 # in Docker, about 15 s), run as written, their output checked.
 python3 scripts/doc-run.py deploy/examples/quickstart/README.md README.md \

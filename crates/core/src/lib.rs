@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! In layers: a module imports only modules listed above it, so there are no module cycles.
-//! - [`clock`]: the [`Clock`](clock::Clock) trait, the system clock and a [`ManualClock`](clock::ManualClock) for tests.
+//! - [`clock`]: the [`Clock`](clock::Clock) trait, the system clock and a [`ManualClock`](clock::ManualClock) for tests;
+//!   [`SampledLine`](clock::SampledLine), a log line a fault or a client can repeat, at most once a second.
 //! - [`unit`]: time units of `rate_limit.unit` and their lengths.
 //! - [`hash`]: FNV-1a 64, the one stable hash everything uses.
 //! - [`descriptor`]: descriptors and their entries, as requests carry them.
@@ -30,7 +31,7 @@ pub mod schema;
 pub mod unit;
 pub mod window;
 
-pub use clock::{Clock, ManualClock, SystemClock, Throttle};
+pub use clock::{Clock, ManualClock, SampledLine, SystemClock, Throttle};
 pub use config::{ConfigError, load_config, parse_config};
 pub use descriptor::{Descriptor, Entry};
 pub use rules::{Rule, RuleSet};

@@ -326,6 +326,7 @@ impl Engine {
         );
         debts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pushed = self.store().pushed_resets();
+        let missed_resets = sluice_core::SampledLine::new();
         let mut top = tokio::time::interval(crate::top::FLUSH_EVERY);
         top.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
@@ -338,7 +339,7 @@ impl Engine {
                     let _ = tokio::time::timeout(TOP_FLUSH_WAIT, self.flush_denied()).await;
                 }
                 _ = debts.tick() => self.leaser.flush_queued_debts(self.now(), false).await,
-                key = next_pushed(&mut pushed) => self.drop_pushed(&key),
+                key = next_pushed(&mut pushed, &missed_resets, &*self.clock) => self.drop_pushed(&key),
             }
         }
         self.leaser.stop_background().await;
@@ -408,18 +409,29 @@ const TOP_FLUSH_WAIT: Duration = Duration::from_secs(1);
 const PUSHED_DROPS_PER_SEC: u64 = 100;
 
 /// The next reset another instance pushed; never, without a bus. A receiver that fell behind
-/// says how many it missed (those keys converge within `lease_ttl`) and goes on.
-async fn next_pushed(rx: &mut Option<broadcast::Receiver<PushedReset>>) -> PushedReset {
+/// says how many it missed (those keys converge within `lease_ttl`) and goes on; a flood of
+/// messages (anyone who may publish on the channel) makes it fall behind again and again, so
+/// that line is `log`, sampled on `clock`.
+async fn next_pushed(
+    rx: &mut Option<broadcast::Receiver<PushedReset>>,
+    log: &sluice_core::SampledLine,
+    clock: &dyn Clock,
+) -> PushedReset {
     loop {
         let Some(receiver) = rx else {
             return std::future::pending().await;
         };
         match receiver.recv().await {
             Ok(key) => return key,
-            Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(
-                missed,
-                "missed resets pushed by other instances: those keys converge within lease_ttl"
-            ),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                if let Some(unlogged) = log.sample(clock.now_micros()) {
+                    tracing::warn!(
+                        missed,
+                        unlogged_since_last_line = unlogged,
+                        "missed resets pushed by other instances: those keys converge within lease_ttl (sampled: at most one line a second)"
+                    );
+                }
+            }
             Err(broadcast::error::RecvError::Closed) => *rx = None,
         }
     }

@@ -22,6 +22,7 @@ use smallvec::SmallVec;
 
 use crate::decision::Denial;
 
+pub use owed::Owed;
 pub use state::LeaseState;
 
 /// How the global store stood for a bucket during this decision.
@@ -129,20 +130,21 @@ impl Terms {
             && matches!(self.mode, Mode::Strict | Mode::Exact)
     }
 
-    /// Whether a leased rule is paid from the fallback's local bucket: what it spends is owed to
-    /// the global bucket.
-    fn owes_store(&self) -> bool {
+    /// Whether a leased rule is paid from the fallback's local bucket, and if so by how many
+    /// sidecars' shares: what it spends is owed to the global bucket (`owed::Owed`).
+    fn owes_store(&self) -> Option<u64> {
         // A concurrency limit's fallback slots go back to the local bucket when their requests
         // end; the store is owed nothing.
-        self.mode != Mode::Local
-            && self.rate.algorithm != Algorithm::Concurrency
-            && matches!(
-                self.store,
-                StoreStatus::Down {
-                    fallback: Fallback::LocalShare,
-                    ..
-                }
-            )
+        if self.mode == Mode::Local || self.rate.algorithm == Algorithm::Concurrency {
+            return None;
+        }
+        match self.store {
+            StoreStatus::Down {
+                fallback: Fallback::LocalShare,
+                instances,
+            } => Some(instances.max(1)),
+            _ => None,
+        }
     }
 
     /// Charges post-paid usage in full, whether or not the request passed (it already happened):
@@ -207,7 +209,7 @@ impl Terms {
                 let have = if self.hits == 0 {
                     // A peek counts the global bucket too, as far as this instance knows it.
                     state.remaining(mode, &rate, now).floor().max(0.0) as u64
-                } else if self.owes_store() {
+                } else if self.owes_store().is_some() {
                     // Leased tokens were charged to the global bucket already: spent first.
                     state
                         .spendable(mode, &rate, now)
@@ -320,12 +322,11 @@ pub fn settle(
             let (mode, rate) = t.effective();
             let mut refill_ahead = false;
             if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
-                if t.owes_store() {
+                if let Some(instances) = t.owes_store() {
                     let rest = s.pay_from_lease(t.hits);
                     if rest > 0 {
                         s.spend(mode, &rate, now, rest);
-                        let owed = &mut s.rare_mut().owed;
-                        *owed = owed.saturating_add(rest).min(rate.burst);
+                        s.owe(&t.rate, instances, rate.burst, now, rest);
                     }
                 } else {
                     s.spend(mode, &rate, now, t.hits);
@@ -384,7 +385,11 @@ pub fn settle(
             } else {
                 0
             };
-            let held = if t.owes_store() { s.lease as f64 } else { 0.0 };
+            let held = if t.owes_store().is_some() {
+                s.lease as f64
+            } else {
+                0.0
+            };
             // Below zero while in debt: waits count the time to repay it. Never below the debt
             // bound: usage pending for the store counts only as far as the store will charge it.
             let floor = -(t.max_debt.unwrap_or(0) as f64);
@@ -410,6 +415,7 @@ pub fn settle(
     Settlement::Settled { allowed, verdicts }
 }
 
+mod owed;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -41,8 +41,8 @@ pub struct EngineMetrics {
     /// was from the usage reported (`over`: estimate above it, refunded; `under`: below it,
     /// charged beyond the reservation).
     pub reservation_errors: HistogramVec,
-    /// When a refusal was last logged (µs): at most one line a second.
-    refusal_log: std::sync::Arc<sluice_core::Throttle>,
+    /// The refusal log line: at most one a second (a flood of new keys repeats it).
+    refusal_log: std::sync::Arc<sluice_core::SampledLine>,
     /// The store-call series of each operation, resolved once (`with_label_values` hashes and
     /// locks on every call; a cold key costs a store call).
     ops: [OpSeries; 6],
@@ -73,7 +73,7 @@ pub enum StoreOp {
     Release = 1,
     /// Read a global bucket.
     Peek = 2,
-    /// Charge post-paid usage, into debt.
+    /// Charge post-paid usage, or what a fallback owes after an outage, into debt.
     Charge = 3,
     /// Close a fixed window that counts denials (`count_denied`).
     Close = 4,
@@ -213,10 +213,11 @@ impl EngineMetrics {
     /// `holds`) at `now` (µs), and logs it at most once a second.
     pub fn key_refused(&self, where_: &'static str, now: u64) {
         self.keys_refused.inc();
-        if self.refusal_log.allow(now, 1_000_000) {
+        if let Some(unlogged) = self.refusal_log.sample(now) {
             tracing::warn!(
                 r#where = where_,
                 refused_total = self.keys_refused.get(),
+                unlogged_since_last_line = unlogged,
                 "no room: engine.max_keys reached (where=table|store) or engine.max_holds (where=holds), and none could be made: new keys or holds are denied (no_room_for_key)"
             );
         }

@@ -285,3 +285,55 @@ impl GlobalStore for Forwarding {
         *lock(&self.timeout)
     }
 }
+
+/// The log lines written while it is a thread's default subscriber
+/// (`tracing::subscriber::set_default`), each as its message and its
+/// `unlogged_since_last_line` (0 if it has none): what an operator's log would hold.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogLines(Arc<Mutex<Vec<(String, u64)>>>);
+
+impl LogLines {
+    /// The lines whose message starts with `message`, each with what it says it held back.
+    pub(crate) fn starting_with(&self, message: &str) -> Vec<u64> {
+        lock(&self.0)
+            .iter()
+            .filter(|(m, _)| m.starts_with(message))
+            .map(|(_, held_back)| *held_back)
+            .collect()
+    }
+}
+
+/// One event's message and count, as it is read field by field.
+#[derive(Default)]
+struct Line(String, u64);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if field.name() == "unlogged_since_last_line" {
+            self.1 = value;
+        }
+    }
+}
+
+impl tracing::Subscriber for LogLines {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = Line::default();
+        event.record(&mut line);
+        lock(&self.0).push((line.0, line.1));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}

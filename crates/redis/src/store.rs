@@ -67,14 +67,28 @@ pub struct RedisStore {
     holder: u64,
     live: AtomicU64,
     metrics: RedisMetrics,
-    /// Errors of one key are logged at most once a second (µs since `started`).
-    key_error_log: sluice_core::Throttle,
-    started: std::time::Instant,
+    /// Log lines a fault or a client can repeat, each at most once a second: an error of one
+    /// key (a hot corrupt key fails every call), the breaker opening and Redis answering again
+    /// (a flapping Redis), a reset not pushed to the others (an operator's resets in a loop).
+    logs: Logs,
     /// Resets other instances pushed, for the engine ([`bus`]).
     pushed: tokio::sync::broadcast::Sender<sluice_engine::PushedReset>,
     /// The probe and heartbeat tasks: [`shutdown`](RedisStore::shutdown) stops and awaits them.
     tasks: TaskTracker,
     stop: CancellationToken,
+}
+
+/// The store's log lines that a fault or a client can repeat ([`sluice_core::SampledLine`]).
+#[derive(Debug, Default)]
+struct Logs {
+    /// A call failed on its key's data.
+    key_error: sluice_core::SampledLine,
+    /// The circuit breaker opened.
+    breaker_open: sluice_core::SampledLine,
+    /// The probe found Redis answering again.
+    answers_again: sluice_core::SampledLine,
+    /// A reset was not pushed to the other instances.
+    reset_not_pushed: sluice_core::SampledLine,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -134,8 +148,7 @@ impl RedisStore {
             instance_id: id,
             live: AtomicU64::new(1),
             metrics,
-            key_error_log: sluice_core::Throttle::default(),
-            started: std::time::Instant::now(),
+            logs: Logs::default(),
             // Resets are an operator's act: a listener 64 behind has stalled, and skips.
             pushed: tokio::sync::broadcast::channel(64).0,
             tasks,
@@ -275,10 +288,13 @@ async fn probe_loop(store: Weak<RedisStore>) {
         if let Ok(Ok(())) = tokio::time::timeout(timeout, conn.ping()).await {
             store.breaker.close();
             store.metrics.degraded.set(0);
-            tracing::info!(
-                store = store.name(),
-                "Redis answers again: global enforcement resumed"
-            );
+            if let Some(unlogged) = store.logs.answers_again.sample_now() {
+                tracing::info!(
+                    store = store.name(),
+                    unlogged_since_last_line = unlogged,
+                    "Redis answers again: global enforcement resumed (sampled: at most one line a second)"
+                );
+            }
         }
     }
 }

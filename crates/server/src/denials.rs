@@ -8,38 +8,18 @@
 //! an operator who suspects a value can match it, and nobody reads keys out of the logs. A
 //! value with few possibilities (an IP address) can be found from its digest by trying them all.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
-
 use dashmap::DashMap;
 use sha2::{Digest, Sha256};
-use sluice_core::{Descriptor, Throttle};
+use sluice_core::{Descriptor, SampledLine};
 use sluice_engine::{Code, Decision};
 
 /// Rules tracked before the map starts over (configs reloaded many times leave old rules).
 const MAX_RULES: usize = 10_000;
 
-/// One rule's throttle and the denials it has not logged since its last line.
+/// The sampled denial log: a line per rule ([`SampledLine`]).
 #[derive(Debug, Default)]
-struct RuleLog {
-    throttle: Throttle,
-    unlogged: AtomicU64,
-}
-
-/// The sampled denial log.
-#[derive(Debug)]
 pub struct DenialLog {
-    origin: Instant,
-    rules: DashMap<u64, RuleLog, foldhash::fast::RandomState>,
-}
-
-impl Default for DenialLog {
-    fn default() -> Self {
-        Self {
-            origin: Instant::now(),
-            rules: DashMap::with_hasher(foldhash::fast::RandomState::default()),
-        }
-    }
+    rules: DashMap<u64, SampledLine, foldhash::fast::RandomState>,
 }
 
 impl DenialLog {
@@ -48,7 +28,6 @@ impl DenialLog {
         if decision.overall != Code::OverLimit {
             return;
         }
-        let now = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
         for (descriptor, o) in descriptors.iter().zip(&decision.outcomes) {
             let (Code::OverLimit, Some(limit), Some(reason)) = (o.code, o.limit, o.denial) else {
                 continue;
@@ -59,13 +38,9 @@ impl DenialLog {
             if !self.rules.contains_key(&identity) && self.rules.len() >= MAX_RULES {
                 self.rules.clear();
             }
-            let entry = self.rules.entry(identity).or_default();
-            if !entry.throttle.allow(now, 1_000_000) {
-                entry.unlogged.fetch_add(1, Ordering::Relaxed);
+            let Some(unlogged) = self.rules.entry(identity).or_default().sample_now() else {
                 continue;
-            }
-            let unlogged = entry.unlogged.swap(0, Ordering::Relaxed);
-            drop(entry);
+            };
             tracing::info!(
                 domain,
                 rule = rule.map_or("override", |r| r.label.as_str()),

@@ -38,6 +38,8 @@ pub(crate) async fn serve<H, F>(
         + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
+    // Out of file descriptors, every accept fails until some close: a line a second.
+    let accept_failed = sluice_core::SampledLine::new();
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -49,7 +51,14 @@ pub(crate) async fn serve<H, F>(
             Some(Ok(stream)) => stream,
             Some(Err(e)) => {
                 // Out of file descriptors and the like: log, back off briefly, keep serving.
-                tracing::warn!(error = %e, port, "accept failed");
+                if let Some(unlogged) = accept_failed.sample_now() {
+                    tracing::warn!(
+                        error = %e,
+                        port,
+                        unlogged_since_last_line = unlogged,
+                        "accept failed (sampled: at most one line a second)"
+                    );
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }

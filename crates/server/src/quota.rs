@@ -4,8 +4,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::Entry;
 use sluice_core::rules::Limit;
+use sluice_core::{Entry, SampledLine};
 use sluice_engine::quota::{KeyFilter, QuotaView};
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::quota_server::Quota;
@@ -62,7 +62,16 @@ impl QuotaService {
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
         if !token.matches(presented) {
-            tracing::warn!(peer = ?request.remote_addr(), "ResetQuota with a wrong token");
+            // Counted in `sluice_quota_resets_total{outcome="unauthenticated"}`; a client
+            // guessing in a loop writes a line a second.
+            static WRONG_TOKEN: SampledLine = SampledLine::new();
+            if let Some(unlogged) = WRONG_TOKEN.sample_now() {
+                tracing::warn!(
+                    peer = ?request.remote_addr(),
+                    unlogged_since_last_line = unlogged,
+                    "ResetQuota with a wrong token (sampled: at most one line a second)"
+                );
+            }
             return Err(Status::unauthenticated(
                 "ResetQuota needs `authorization: Bearer <admin reset token>`",
             ));
@@ -71,7 +80,16 @@ impl QuotaService {
         let entries = entries_of(&req.domain, &req.entries)?;
         match self.state.engine.reset(&req.domain, &entries).await {
             Ok(Some(rule)) => {
-                tracing::info!(domain = %req.domain, rule = %rule, "quota reset by operator")
+                // Counted in `sluice_quota_resets_total{outcome="ok"}`.
+                static RESET: SampledLine = SampledLine::new();
+                if let Some(unlogged) = RESET.sample_now() {
+                    tracing::info!(
+                        domain = %req.domain,
+                        rule = %rule,
+                        unlogged_since_last_line = unlogged,
+                        "quota reset by operator (sampled: at most one line a second)"
+                    );
+                }
             }
             Ok(None) => return Err(Status::not_found("no limited rule matches this descriptor")),
             // Fail closed: the reset did not happen, and the caller must know.

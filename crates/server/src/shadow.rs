@@ -1,31 +1,12 @@
 //! Dry runs: the global `shadow_mode` switch, and sampled logs of would-deny decisions.
 
-use std::time::Instant;
-
-use sluice_core::Throttle;
+use sluice_core::SampledLine;
 use sluice_engine::{Code, Decision};
 
 /// At most one would-deny log line per second, so a dry run cannot flood the logs.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ShadowLog {
-    origin: Instant,
-    throttle: Throttle,
-}
-
-impl Default for ShadowLog {
-    fn default() -> Self {
-        Self {
-            origin: Instant::now(),
-            throttle: Throttle::default(),
-        }
-    }
-}
-
-impl ShadowLog {
-    fn sample(&self) -> bool {
-        let now = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.throttle.allow(now, 1_000_000)
-    }
+    line: SampledLine,
 }
 
 /// Turns denials into OKs when the global switch is on (flagging them `shadow_over_limit`), and
@@ -42,7 +23,7 @@ pub fn apply(decision: &mut Decision, global: bool, log: &ShadowLog, domain: &st
         decision.overall = Code::Ok;
     }
     if let Some(o) = decision.outcomes.iter().find(|o| o.shadow_over_limit)
-        && log.sample()
+        && let Some(unlogged) = log.line.sample_now()
     {
         let rule = o
             .limit
@@ -53,6 +34,7 @@ pub fn apply(decision: &mut Decision, global: bool, log: &ShadowLog, domain: &st
             domain,
             rule,
             global,
+            unlogged_since_last_line = unlogged,
             "shadow mode: would have denied (sampled: at most one line per second)"
         );
     }

@@ -135,8 +135,16 @@ impl Leaser {
                 match result {
                     Ok(()) => self.metrics.tokens_returned(r.tokens),
                     // Lost tokens only make the limit stricter for a while; never over-admit.
+                    // Every return fails while the store is down: one line a second.
                     Err(e) => {
-                        tracing::warn!(error = %e, tokens = r.tokens, "could not return leased tokens")
+                        if let Some(unlogged) = self.return_failures.sample(r.at) {
+                            tracing::warn!(
+                                error = %e,
+                                tokens = r.tokens,
+                                unlogged_since_last_line = unlogged,
+                                "could not return leased tokens (sampled: at most one line a second)"
+                            );
+                        }
                     }
                 }
             })

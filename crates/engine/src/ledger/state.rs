@@ -4,6 +4,8 @@
 use sluice_core::bucket::{BucketState, Rate};
 use sluice_core::config::Mode;
 
+use super::owed::Owed;
+
 /// The mutable state of one bucket key in this process.
 #[derive(Debug, Clone)]
 pub struct LeaseState {
@@ -61,11 +63,10 @@ pub struct Rare {
     /// measured from when the lease call was sent, so never later than the true end);
     /// `u64::MAX` for a token bucket, whose leased tokens never lapse.
     pub lease_until: u64,
-    /// Tokens the `local_share` fallback spent on a leased rule while the store was down, which
-    /// the global bucket was never charged: the next lease calls take them first. At most this
-    /// instance's share of the burst, so all instances together owe at most the burst, about
-    /// what the global bucket can have refilled during the outage.
-    pub owed: u64,
+    /// What the `local_share` fallback owes the global bucket for what it spent on a leased
+    /// rule while the store was down ([`Owed`]: the part of it the global bucket's own refill
+    /// during the outage does not already stand for): charged before the next lease.
+    pub owed: Owed,
     /// Post-paid usage charged here but not yet sent to the global store (`crate::debt` sends
     /// it in batches; a failed call leaves it for the next).
     pub debt_pending: u64,
@@ -104,7 +105,7 @@ const NO_RARE: Rare = Rare {
     lease_window: 0,
     closed_window: 0,
     lease_until: u64::MAX,
-    owed: 0,
+    owed: Owed::NOTHING,
     debt_pending: 0,
     debt_since: 0,
     debt_queued: false,
@@ -252,6 +253,41 @@ impl LeaseState {
     pub(super) fn denied(&mut self, hits: u64) {
         let hits = u32::try_from(hits).unwrap_or(u32::MAX);
         self.denied_since_lease = self.denied_since_lease.saturating_add(hits);
+    }
+
+    /// The `local_share` fallback spent `tokens` of a leased rule of `rate` at `now`, one of
+    /// `instances` sidecars (its own burst `share_burst`): owed to the global bucket as [`Owed`]
+    /// counts it, from this instance's last reading of the global bucket (none: 0, which owes
+    /// the most).
+    pub(super) fn owe(
+        &mut self,
+        rate: &Rate,
+        instances: u64,
+        share_burst: u64,
+        now: u64,
+        tokens: u64,
+    ) {
+        let reading = if self.global_known {
+            self.global_remaining
+        } else {
+            0.0
+        };
+        self.rare_mut()
+            .owed
+            .spend(rate, instances, reading, share_burst, now, tokens);
+    }
+
+    /// What the fallback owes the global bucket of `rate` ([`Owed::due`]).
+    pub fn owed(&self, rate: &Rate) -> u64 {
+        self.rare().owed.due(rate)
+    }
+
+    /// The global bucket of `rate` was charged `tokens` of what the fallback owed
+    /// ([`Owed::charged`]).
+    pub fn owed_charged(&mut self, rate: &Rate, tokens: u64) {
+        if self.rare().owed.is_owing() {
+            self.rare_mut().owed.charged(rate, tokens);
+        }
     }
 
     /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and

@@ -112,10 +112,11 @@ fn fallbacks_decide_while_the_store_is_down() {
     );
 }
 
-/// What `local_share` spends on a leased rule is owed to the global bucket (at most the share
-/// of the burst); a local-mode rule owes nothing; a grant starts the fallback's bucket empty.
+/// What `local_share` spends on a leased rule is owed to the global bucket, as far as the
+/// bucket's own refill during the outage does not already stand for it (`owed.rs`); a
+/// local-mode rule owes nothing; a grant starts the fallback's bucket empty.
 #[test]
-fn the_fallback_owes_what_it_spends_on_leased_rules() {
+fn the_fallback_owes_what_it_spends_on_leased_rules_beyond_the_refill() {
     let down = |mode| Terms {
         store: StoreStatus::Down {
             fallback: Fallback::LocalShare,
@@ -125,6 +126,7 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
     };
     let rate = terms(1, Mode::Strict, 8).rate;
     let mut s = LeaseState::new(Mode::Strict, &rate, 0);
+    // The global bucket was empty after the last grant.
     s.add_grant(8, 0.0, 8, 0);
     s.lease = 0;
     let spend_for = |s: &mut LeaseState, mode, at| {
@@ -133,23 +135,26 @@ fn the_fallback_owes_what_it_spends_on_leased_rules() {
             .count()
     };
     assert_eq!(spend_for(&mut s, Mode::Strict, 0), 0, "nothing at once");
-    // 10/s shared by 2 = 5/s; after 0.4 s, 2 tokens.
+    // 10/s shared by 2 = 5/s; after 0.4 s, 2 tokens, all owed: the store refills from empty.
     assert_eq!(spend_for(&mut s, Mode::Strict, 4 * SEC / 10), 2);
-    assert_eq!(s.rare().owed, 2);
-    // Never more than the share of the burst (4), however long the outage.
-    for at in 1..10 {
-        spend_for(&mut s, Mode::Strict, at * SEC);
+    assert_eq!(s.owed(&rate), 2);
+    // Its share's refill (3 by 1 s, then its burst, 4, each second): the global bucket, full
+    // since 0.8 s (its share: 4), holds only the last second's, and so does an exact bucket
+    // that was drained by everything spent (refilled to the burst before each second's).
+    assert_eq!(spend_for(&mut s, Mode::Strict, SEC), 3);
+    for at in 2..10 {
+        assert_eq!(spend_for(&mut s, Mode::Strict, at * SEC), 4);
     }
-    assert_eq!(s.rare().owed, 4);
+    assert_eq!(s.owed(&rate), 4);
     // A lease held when the store went away is spent first, and owes nothing.
     let mut held = LeaseState::new(Mode::Strict, &rate, 0);
     held.add_grant(3, 0.0, 3, 0);
     assert_eq!(spend_for(&mut held, Mode::Strict, 0), 3);
-    assert_eq!((held.lease, held.rare().owed), (0, 0));
+    assert_eq!((held.lease, held.owed(&rate)), (0, 0));
     let mut local = LeaseState::new(Mode::Strict, &rate, 0);
     assert_eq!(spend_for(&mut local, Mode::Local, 0), 4);
     assert_eq!(
-        local.rare().owed,
+        local.owed(&rate),
         0,
         "a local rule has no global bucket to owe"
     );

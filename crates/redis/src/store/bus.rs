@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use sluice_core::SampledLine;
 use sluice_core::config::RedisSettings;
 use sluice_engine::PushedReset;
 use tokio::sync::broadcast;
@@ -87,10 +88,13 @@ impl RedisStore {
             Ok(()) => self.metrics.bus(BusEvent::Sent),
             Err(error) => {
                 self.metrics.bus(BusEvent::SendFailed);
-                tracing::warn!(
-                    %error,
-                    "the reset is done, but other instances were not told: they see it within lease_ttl"
-                );
+                if let Some(unlogged) = self.logs.reset_not_pushed.sample_now() {
+                    tracing::warn!(
+                        %error,
+                        unlogged_since_last_line = unlogged,
+                        "the reset is done, but other instances were not told: they see it within lease_ttl (sampled: at most one line a second)"
+                    );
+                }
             }
         }
     }
@@ -112,6 +116,8 @@ pub(super) async fn listen(
 ) {
     let mut attempt = 0usize;
     let (mut ever, mut said_down) = (false, false);
+    // A connection lost again and again (a flapping Redis, a proxy cutting it) repeats these.
+    let (again, lost, refused) = (SampledLine::new(), SampledLine::new(), SampledLine::new());
     let mut wait = settings.probe_interval.0;
     loop {
         let subscribed = async {
@@ -125,26 +131,37 @@ pub(super) async fn listen(
         match subscribed.await {
             Ok(pubsub) => {
                 if ever {
-                    tracing::info!("listening for other instances' resets again");
                     metrics.bus(BusEvent::Resubscribed);
+                    if let Some(unlogged) = again.sample_now() {
+                        tracing::info!(
+                            unlogged_since_last_line = unlogged,
+                            "listening for other instances' resets again (sampled: at most one line a second)"
+                        );
+                    }
                 }
                 (ever, said_down) = (true, false);
                 wait = settings.probe_interval.0;
                 hear(pubsub, &settings, &me, &out, &metrics).await;
-                tracing::warn!(
-                    "lost the channel other instances push resets on: resubscribing; resets \
-                     meanwhile are seen within lease_ttl"
-                );
+                if let Some(unlogged) = lost.sample_now() {
+                    tracing::warn!(
+                        unlogged_since_last_line = unlogged,
+                        "lost the channel other instances push resets on: resubscribing; resets \
+                         meanwhile are seen within lease_ttl (sampled: at most one line a second)"
+                    );
+                }
             }
             Err(e) => {
                 metrics.bus(BusEvent::SubscribeFailed);
                 // Said once per outage (a refusal such as NOPERM is worth a warning); the
                 // breaker's own warnings cover Redis being down.
                 if !said_down {
-                    tracing::warn!(
-                        error = %safe(&e),
-                        "cannot listen for other instances' resets (push_resets): they are seen within lease_ttl; retrying"
-                    );
+                    if let Some(unlogged) = refused.sample_now() {
+                        tracing::warn!(
+                            error = %safe(&e),
+                            unlogged_since_last_line = unlogged,
+                            "cannot listen for other instances' resets (push_resets): they are seen within lease_ttl; retrying (sampled: at most one line a second)"
+                        );
+                    }
                     said_down = true;
                 }
                 wait = (wait * 2).min(LONGEST_RETRY);

@@ -172,10 +172,10 @@ impl RedisStore {
     /// Logs an error of one key (a corrupt key, a script failing on its data), at most once a
     /// second: a hot corrupt key fails every call.
     fn log_key_error(&self, e: &RedisError) {
-        let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        if self.key_error_log.allow(now, 1_000_000) {
+        if let Some(unlogged) = self.logs.key_error.sample_now() {
             tracing::warn!(
                 error = %super::errors::safe(e),
+                unlogged_since_last_line = unlogged,
                 "a Redis call failed on its key's data (its rule's fallback applies; the breaker stays closed); at most one such line a second"
             );
         }
@@ -207,7 +207,14 @@ impl RedisStore {
                 if self.breaker.failure() {
                     self.metrics.breaker_opens.inc();
                     self.metrics.degraded.set(1);
-                    tracing::warn!(error = %e, "Redis circuit breaker open: rules use their fallback until Redis answers");
+                    // `sluice_redis_breaker_opens_total` counts every one.
+                    if let Some(unlogged) = self.logs.breaker_open.sample_now() {
+                        tracing::warn!(
+                            error = %e,
+                            unlogged_since_last_line = unlogged,
+                            "Redis circuit breaker open: rules use their fallback until Redis answers (sampled: at most one line a second)"
+                        );
+                    }
                 }
             }
         }

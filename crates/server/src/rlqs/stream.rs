@@ -109,7 +109,16 @@ pub async fn run(
         state.rlqs.update(id, stream.view(&peer));
     };
     if let Some(status) = failed {
-        tracing::info!(%peer, status = %status.message(), "RLQS stream refused");
+        // A client can open stream after stream that is refused: a line a second.
+        static REFUSED: sluice_core::SampledLine = sluice_core::SampledLine::new();
+        if let Some(unlogged) = REFUSED.sample_now() {
+            tracing::info!(
+                %peer,
+                status = %status.message(),
+                unlogged_since_last_line = unlogged,
+                "RLQS stream refused (sampled: at most one line a second)"
+            );
+        }
         let _ = tx.send(Err(status)).await;
     }
     stream.finish().await;

@@ -46,17 +46,7 @@ struct Spell {
 async fn run_fleet(n: usize, counted: u64, phases: &[Phase]) -> Result<Seen, String> {
     let clock = ManualClock::at(1_000_000);
     let store = Forwarding::new(&clock, Mode::Up, counted);
-    let engines: Vec<Engine> = (0..n)
-        .map(|_| {
-            Engine::new(
-                parse_config(FLEET_CONFIG).expect("config").rules,
-                store.clone(),
-                Arc::new(clock.clone()),
-                EngineSettings::default(),
-                EngineMetrics::unregistered(),
-            )
-        })
-        .collect();
+    let engines = fleet_on(FLEET_CONFIG, &store, &clock, n);
     let descriptors = [d(&[("k", "v")])];
     let request = RateLimitRequest {
         domain: "f",
@@ -212,11 +202,7 @@ fn run_fleet_blocking(
     n: usize,
     phases: &[Phase],
 ) -> Result<Seen, proptest::test_runner::TestCaseError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(run_fleet(n, n as u64, phases))
+    on_own_runtime(run_fleet(n, n as u64, phases))
         .map_err(proptest::test_runner::TestCaseError::fail)
 }
 

@@ -1,0 +1,254 @@
+//! What a key's `local_share` fallback owes the global bucket for the tokens it spent while the
+//! store was down, and why that is less than what it spent.
+//!
+//! While the store is down each of `n` sidecars admits from a local bucket of its share
+//! (`L/n`, burst `B/n`). The global bucket refills meanwhile: a paused Redis refills it up to
+//! the burst, a restarted one starts it full. Charging it, when the store answers again, every
+//! token the fallback spent counts the outage's refill twice: once as the tokens the fallback
+//! spent, once as the bucket's own refill. A key at 20% of its limit across a 5 s outage then
+//! found its bucket emptied on return and was denied requests an exact limiter admits (issue
+//! 41). Charging nothing lets an outage add a burst: the store's refill up to `B` plus what the
+//! fallback spent of `L·t`.
+//!
+//! What is charged instead is exactly what an exact limiter, fed the same fallback spending,
+//! would be missing next to the store. Each sidecar keeps its part of two buckets of the whole
+//! key, both starting at its last reading of the global bucket `g` (the tokens the store held
+//! after its last lease call) when its fallback first spends, both refilling at `L` up to `B`:
+//!
+//! - the store's bucket, which sees nothing of the outage: `P(t) = min(B, g + L·(t − t₀))`,
+//!   a function of time only;
+//! - the exact bucket, drained by `n` times what this sidecar's fallback spends (its share,
+//!   scaled to the whole key): `U`, a [`BucketState`].
+//!
+//! It owes `(P − U) / n` at its last spending, whole tokens rounded up: tokens spent while
+//! neither bucket is full are owed one for one; the part of the outage's refill the store could
+//! not hold (it was full) is refill the exact bucket used, so owed nothing. The leaser charges it
+//! before the key's next lease, into debt where the store holds less (`Leaser::charge_owed`).
+//!
+//! Why `B + L·t` holds, in outline: the sidecars' exact buckets (`U/n` each: burst `B/n`, rate
+//! `L/n`) hold together at most what one exact bucket of `B` and `L` would after all the
+//! fallbacks' spending (a sum of token buckets loses refill to each one's cap; one bucket loses
+//! it only when all are full), and their store buckets sum to the paused store's level. So the
+//! store, once charged, holds no more than the exact bucket. Owed only shrinks as `g` grows, so
+//! a low reading (the bucket refilled since it was read, or this sidecar never read it:
+//! `g = 0`) charges more, never less. It is evaluated at the last spending, not later: after the
+//! outage the store's refill goes to leases neither bucket sees.
+//!
+//! What can still exceed the bound, each measured by `engine/tests/outage.rs`'s property tests:
+//! - a reading above the bucket's true level when the outage began (other sidecars leased
+//!   since): at most that excess, over `n`, per sidecar;
+//! - a store that comes back empty (restarted without persistence, failed over without the
+//!   write): the burst, less what the paused store would have held;
+//! - leases other sidecars take after the store answers and before this sidecar charges its
+//!   debt (its next call on the key): at most its debt.
+//!
+//! Windows keep the old rule (everything spent is owed, up to the share of the burst): a
+//! window's store count gives no tokens back during the outage, so nothing refilled there.
+
+use sluice_core::bucket::{BucketState, Rate};
+
+/// What a key's fallback owes the global store: tokens settled and not yet charged, and the
+/// account of an outage still going on (boxed: every denied key carries an `Owed` in its
+/// `Rare`, and few of them ever owe).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Owed {
+    /// Tokens owed from outages the store has answered since, not yet charged to it.
+    settled: u64,
+    /// The outage in progress, from this key's first fallback spending in it.
+    open: Option<Box<Account>>,
+}
+
+/// One outage's account of a key (a token bucket's; windows owe into `settled` directly).
+#[derive(Debug, Clone, PartialEq)]
+struct Account {
+    /// When the account opened: the fallback's first spending in this outage.
+    since: u64,
+    /// The global bucket's level as this sidecar last read it, where both buckets start.
+    start: f64,
+    /// The exact bucket of the whole key, drained by `instances` times this sidecar's spending.
+    exact: BucketState,
+    /// The sidecars sharing the limit when the account opened (the fallback's divisor).
+    instances: u64,
+}
+
+impl Owed {
+    /// Nothing owed, no outage counted (a `const`, for `Rare`'s defaults).
+    pub const NOTHING: Owed = Owed {
+        settled: 0,
+        open: None,
+    };
+
+    /// Whether anything is owed or being counted (most keys: no).
+    pub fn is_owing(&self) -> bool {
+        self.settled > 0 || self.open.is_some()
+    }
+
+    /// The fallback spent `tokens` of `rate` at `now`, one of `instances` sidecars sharing the
+    /// limit; `reading` is the global bucket's level as this sidecar last read it (0 if it never
+    /// did). `share_burst` is the fallback's own burst: a window owes up to it.
+    pub fn spend(
+        &mut self,
+        rate: &Rate,
+        instances: u64,
+        reading: f64,
+        share_burst: u64,
+        now: u64,
+        tokens: u64,
+    ) {
+        if rate.algorithm.is_window() {
+            self.settled = self.settled.saturating_add(tokens).min(share_burst);
+            return;
+        }
+        let account = self.open.get_or_insert_with(|| {
+            let start = reading.clamp(0.0, rate.burst as f64);
+            Box::new(Account {
+                since: now,
+                start,
+                exact: BucketState {
+                    tokens: start,
+                    updated_micros: now,
+                    previous: 0.0,
+                },
+                instances: instances.max(1),
+            })
+        });
+        account.exact.refill(rate, now);
+        account.exact.tokens -= account.instances as f64 * tokens as f64;
+    }
+
+    /// What is owed: what is settled, and what the outage in progress owes so far.
+    pub fn due(&self, rate: &Rate) -> u64 {
+        let open = self.open.as_ref().map_or(0, |a| a.owes(rate));
+        self.settled.saturating_add(open)
+    }
+
+    /// The store charged `tokens` of what was [due](Self::due): the outage in progress is
+    /// settled at what it owes (the store has answered, so it is over), and what was charged
+    /// is taken off.
+    pub fn charged(&mut self, rate: &Rate, tokens: u64) {
+        self.settled = self.due(rate).saturating_sub(tokens);
+        self.open = None;
+    }
+}
+
+impl Account {
+    /// `(P − U) / n` at the fallback's last spending, rounded up to whole tokens (less a hair,
+    /// so that float noise in two equal buckets never owes a token). Not later: the outage may
+    /// have ended since, and the store's refill after it is spent by leases that neither
+    /// bucket sees (another sidecar, back first, leasing it while this one's account is still
+    /// open), so crediting it would charge too little.
+    fn owes(&self, rate: &Rate) -> u64 {
+        let at = self.exact.updated_micros;
+        let store = rate.refill(self.start, at.saturating_sub(self.since));
+        let owed = (store - self.exact.tokens) / self.instances as f64;
+        (owed - 1e-9).ceil().max(0.0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sluice_core::unit::Unit;
+
+    /// 100/s, burst 100.
+    fn rate() -> Rate {
+        Rate::per_unit(100, Unit::Second)
+    }
+
+    #[test]
+    fn spending_the_refill_of_a_bucket_that_was_full_owes_nothing() {
+        // Alone, the bucket full when the outage began: 20/s for 5 s is all refill a full
+        // bucket could not have held. Only the last token is owed: spent when both buckets
+        // were full, it leaves the exact one a token short of the store.
+        let mut owed = Owed::default();
+        for i in 0..100u64 {
+            owed.spend(&rate(), 1, 100.0, 100, i * 50_000, 1);
+        }
+        assert_eq!(owed.due(&rate()), 1);
+    }
+
+    #[test]
+    fn spending_what_the_store_refilled_owes_it_one_for_one() {
+        // The bucket was empty: the store refilled 100/s, the fallback spent 30 at once and
+        // 20 more 0.5 s later, all of it refill the store holds too.
+        let mut owed = Owed::default();
+        owed.spend(&rate(), 1, 0.0, 100, 0, 30);
+        assert_eq!(owed.due(&rate()), 30);
+        owed.spend(&rate(), 1, 0.0, 100, 500_000, 20);
+        assert_eq!(owed.due(&rate()), 50);
+        // 2 s on, both buckets would be full (the store at 100, the exact bucket too): only
+        // what is spent since is owed.
+        owed.spend(&rate(), 1, 0.0, 100, 2_500_000, 10);
+        assert_eq!(owed.due(&rate()), 10);
+    }
+
+    #[test]
+    fn a_sidecars_share_is_scaled_to_the_whole_key() {
+        // Two sidecars, the bucket at 40: spending 30 of its share (50) drains the exact
+        // bucket by 60. The store is full 0.6 s on, the exact bucket 1.2 s on, so a token
+        // spent 0.9 s on leaves 15 + 1 owed, one spent 1.2 s on only itself.
+        let mut owed = Owed::default();
+        owed.spend(&rate(), 2, 40.0, 50, 0, 30);
+        assert_eq!(owed.due(&rate()), 30);
+        owed.spend(&rate(), 2, 40.0, 50, 900_000, 1);
+        assert_eq!(owed.due(&rate()), 16);
+        owed.spend(&rate(), 2, 40.0, 50, 1_300_000, 1);
+        assert_eq!(owed.due(&rate()), 1);
+    }
+
+    #[test]
+    fn a_charge_settles_the_outage_and_takes_off_what_it_charged() {
+        let mut owed = Owed::default();
+        owed.spend(&rate(), 1, 0.0, 100, 0, 30);
+        owed.charged(&rate(), 10);
+        assert!(owed.is_owing());
+        assert_eq!(owed.due(&rate()), 20);
+        // Settled: a later outage's account starts afresh, beside it.
+        owed.spend(&rate(), 1, 0.0, 100, 60_000_000, 5);
+        assert_eq!(owed.due(&rate()), 25);
+        owed.charged(&rate(), 25);
+        assert!(!owed.is_owing());
+    }
+
+    #[test]
+    fn a_window_owes_what_it_spent_up_to_its_share_of_the_burst() {
+        let window = Rate {
+            algorithm: sluice_core::bucket::Algorithm::FixedWindow,
+            ..rate()
+        };
+        let mut owed = Owed::default();
+        owed.spend(&window, 2, 100.0, 50, 0, 30);
+        owed.spend(&window, 2, 100.0, 50, 10_000_000, 30);
+        assert_eq!(owed.due(&window), 50);
+    }
+
+    proptest! {
+        /// Whatever the reading, the spending and the times: what is owed is never more than
+        /// what was spent, and never less than what was spent beyond the refill a store that
+        /// started at the reading could not have held (its share of `reading + L·t − B`).
+        #[test]
+        fn owed_is_what_was_spent_less_at_most_the_refill_a_full_store_wasted(
+            instances in 1u64..=8,
+            reading in 0.0f64..=100.0,
+            spends in proptest::collection::vec((0u64..=2_000_000, 0u64..=20), 1..40),
+        ) {
+            let mut owed = Owed::default();
+            let (mut now, mut spent, mut first) = (0u64, 0u64, None);
+            for (gap, tokens) in spends {
+                now += gap;
+                owed.spend(&rate(), instances, reading, 100 / instances, now, tokens);
+                spent += tokens;
+                let since = *first.get_or_insert(now);
+                let due = owed.due(&rate());
+                let wasted =
+                    (reading + 100.0 * (now - since) as f64 / 1e6 - 100.0).max(0.0) / instances as f64;
+                prop_assert!(due <= spent, "{} owed of {} spent", due, spent);
+                prop_assert!(
+                    due as f64 >= spent as f64 - wasted - 1e-6,
+                    "{} owed of {} spent, {} wasted", due, spent, wasted
+                );
+            }
+        }
+    }
+}
