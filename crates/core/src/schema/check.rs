@@ -34,6 +34,18 @@ pub enum CheckProxy {
     Envoy,
 }
 
+impl CheckProxy {
+    /// The name it is written with.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckProxy::Nginx => "nginx",
+            CheckProxy::Caddy => "caddy",
+            CheckProxy::Traefik => "traefik",
+            CheckProxy::Envoy => "envoy",
+        }
+    }
+}
+
 /// `check.headers`: the header each part of the forwarded request is read from.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
