@@ -7,7 +7,9 @@
 mod common;
 mod proxies;
 
-use proxies::{Proxy, Stack, replace_all};
+use common::{Envoy, free_port, http_get};
+use proxies::{Proxy, Stack, replace_all, tracked};
+use sluice_testkit::process::Sluice;
 
 /// The example's sluice.yaml with `/login` limited to 3 a minute for everyone, and a bucket per
 /// path, host and method (generous: they only record what sluice saw).
@@ -104,10 +106,8 @@ fn a_client_cannot_pick_what_is_decided(proxy: Proxy) {
         .count();
     // (6: the bucket refilled one token while the 8 requests went.)
     assert!((5..=6).contains(&passed), "{name}: {passed} of 8 passed");
-    let mut paths = s.tracked("path");
-    paths.sort();
     assert_eq!(
-        paths,
+        s.tracked("path"),
         ["path=/health-of-the-route", "path=/login", "path=/v1/items"],
         "{name}: the paths sluice decided on"
     );
@@ -129,4 +129,109 @@ fn through_caddy_a_client_cannot_pick_the_path_host_method_or_key() {
 #[test]
 fn through_traefik_a_client_cannot_pick_the_path_host_method_or_key() {
     a_client_cannot_pick_what_is_decided(Proxy::Traefik);
+}
+
+/// Envoy's ext_authz filter asking the HTTP check (`http_service`, `check: {proxy: envoy}`):
+/// the check request is the request (its method, path and host), so no header a client sends
+/// names another, and the path is decided on in one spelling.
+#[test]
+fn through_envoy_http_ext_authz_a_client_cannot_pick_the_path() {
+    let yaml = with_more_limits(Proxy::Nginx).replace("proxy: nginx", "proxy: envoy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("sluice.yaml"), yaml).expect("write");
+    std::fs::write(
+        dir.path().join("tiers.yaml"),
+        common::example("nginx", "tiers.yaml"),
+    )
+    .expect("write");
+    let check = free_port();
+    let sluice = Sluice::start_path(
+        common::bin(),
+        &dir.path().join("sluice.yaml"),
+        &["--check-addr", &format!("127.0.0.1:{check}")],
+    );
+    let (http, api) = (free_port(), free_port());
+    let _envoy = Envoy::start(&envoy_http_ext_authz(http, check, api), &[http, api]);
+    for i in 0..3 {
+        let ok = http_get(http, "/login", &[]);
+        assert_eq!(ok.status, 200, "request {i}: {ok:?}");
+    }
+    let denied = http_get(
+        http,
+        "/login",
+        &[
+            ("x-forwarded-uri", "/elsewhere"),
+            ("x-original-uri", "/elsewhere"),
+        ],
+    );
+    assert_eq!(denied.status, 429, "{denied:?}");
+    assert!(denied.body.contains("\"policy\":\"login\""), "{denied:?}");
+    for path in [
+        "//login",
+        "/./login",
+        "/%6cogin",
+        "/x/../login",
+        "/%2e/login",
+    ] {
+        let r = http_get(http, path, &[("x-forwarded-method", "DELETE")]);
+        assert!(r.status == 429 || r.status == 400, "{path} passed: {r:?}");
+    }
+    assert_eq!(tracked(&sluice, "path"), ["path=/login"]);
+    assert_eq!(tracked(&sluice, "method"), ["method=GET"]);
+    assert_eq!(tracked(&sluice, "host"), ["host=test.local"]);
+}
+
+/// Envoy on `http` with ext_authz asking sluice's HTTP check at `check` (`http_service`), in
+/// front of a stand-in API on `api` (a second listener answering 200).
+fn envoy_http_ext_authz(http: u16, check: u16, api: u16) -> String {
+    let listener = |name: &str, port: u16, filters: &str, route: &str| {
+        format!(
+            r#"
+  - name: {name}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{{match: {{prefix: "/"}}, {route}}}]
+          http_filters:{filters}
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}"#
+        )
+    };
+    let ext_authz = r#"
+          - name: envoy.filters.http.ext_authz
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+              http_service:
+                server_uri: {uri: "http://127.0.0.1", cluster: sluice_check, timeout: 1s}"#;
+    let cluster = |name: &str, port: u16| {
+        format!(
+            r#"
+  - name: {name}
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: {name}
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}]"#
+        )
+    };
+    format!(
+        "static_resources:\n  listeners:{}{}\n  clusters:{}{}\n",
+        listener("front", http, ext_authz, "route: {cluster: api}"),
+        listener(
+            "api",
+            api,
+            "",
+            "direct_response: {status: 200, body: {inline_string: ok}}"
+        ),
+        cluster("sluice_check", check),
+        cluster("api", api),
+    )
 }

@@ -220,23 +220,30 @@ impl Stack {
         http_get(self.http, path, headers)
     }
 
-    /// The keys sluice tracks (`sluice quota list`) of descriptor `key`, as `key=value`.
+    /// The keys sluice tracks of descriptor `key` ([`tracked`]).
     pub fn tracked(&self, key: &str) -> Vec<String> {
-        let out = Command::new(common::bin())
-            .args([
-                "quota",
-                "list",
-                "--addr",
-                &format!("http://{}", self.sluice.grpc),
-            ])
-            .output()
-            .expect("sluice quota list");
-        assert!(out.status.success(), "{out:?}");
-        let prefix = format!("{key}=");
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter(|w| w.starts_with(&prefix))
-            .map(str::to_string)
-            .collect()
+        tracked(&self.sluice, key)
     }
+}
+
+/// The keys `sluice` tracks (`sluice quota list`) of descriptor `key`, as `key=value`, sorted.
+pub fn tracked(sluice: &Sluice, key: &str) -> Vec<String> {
+    let out = Command::new(common::bin())
+        .args([
+            "quota",
+            "list",
+            "--addr",
+            &format!("http://{}", sluice.grpc),
+        ])
+        .output()
+        .expect("sluice quota list");
+    assert!(out.status.success(), "{out:?}");
+    let prefix = format!("{key}=");
+    let mut found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with(&prefix))
+        .map(str::to_string)
+        .collect();
+    found.sort();
+    found
 }
