@@ -8,8 +8,7 @@ mod common;
 mod proxies;
 
 use common::{Envoy, free_port, http_get};
-use proxies::{Proxy, Stack, replace_all, tracked};
-use sluice_testkit::process::Sluice;
+use proxies::{Proxy, Stack, replace_all, start_sluice, tracked};
 
 /// The example's sluice.yaml with `/login` limited to 3 a minute for everyone, and a bucket per
 /// path, host and method (generous: they only record what sluice saw).
@@ -138,18 +137,7 @@ fn through_traefik_a_client_cannot_pick_the_path_host_method_or_key() {
 fn through_envoy_http_ext_authz_a_client_cannot_pick_the_path() {
     let yaml = with_more_limits(Proxy::Nginx).replace("proxy: nginx", "proxy: envoy");
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("sluice.yaml"), yaml).expect("write");
-    std::fs::write(
-        dir.path().join("tiers.yaml"),
-        common::example("nginx", "tiers.yaml"),
-    )
-    .expect("write");
-    let check = free_port();
-    let sluice = Sluice::start_path(
-        common::bin(),
-        &dir.path().join("sluice.yaml"),
-        &["--check-addr", &format!("127.0.0.1:{check}")],
-    );
+    let (sluice, check) = start_sluice(dir.path(), &yaml);
     let (http, api) = (free_port(), free_port());
     let _envoy = Envoy::start(&envoy_http_ext_authz(http, check, api), &[http, api]);
     for i in 0..3 {

@@ -93,6 +93,21 @@ pub fn replace_all(text: &str, pairs: &[(&str, String)]) -> String {
     })
 }
 
+/// sluice on `sluice_yaml` (written in `dir`, with the examples' tiers.yaml beside it), its
+/// HTTP check on the port returned.
+pub fn start_sluice(dir: &Path, sluice_yaml: &str) -> (Sluice, u16) {
+    std::fs::write(dir.join("sluice.yaml"), sluice_yaml).expect("write");
+    let tiers = common::example("nginx", "tiers.yaml");
+    std::fs::write(dir.join("tiers.yaml"), tiers).expect("write");
+    let check = free_port();
+    let sluice = Sluice::start_path(
+        common::bin(),
+        &dir.join("sluice.yaml"),
+        &["--check-addr", &format!("127.0.0.1:{check}")],
+    );
+    (sluice, check)
+}
+
 /// Starts `cmd` with its output in `log`, in `dir`.
 fn spawn(mut cmd: Command, dir: &Path, log: &str) -> Running {
     let log = std::fs::File::create(dir.join(log)).expect("log");
@@ -125,14 +140,7 @@ impl Stack {
     pub fn start_with(proxy: Proxy, sluice_yaml: &str) -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let example = |name: &str| common::example(proxy.dir(), name);
-        std::fs::write(dir.path().join("sluice.yaml"), sluice_yaml).expect("write");
-        std::fs::write(dir.path().join("tiers.yaml"), example("tiers.yaml")).expect("write");
-        let check = free_port();
-        let sluice = Sluice::start_path(
-            common::bin(),
-            &dir.path().join("sluice.yaml"),
-            &["--check-addr", &format!("127.0.0.1:{check}")],
-        );
+        let (sluice, check) = start_sluice(dir.path(), sluice_yaml);
         let (http, api) = (free_port(), free_port());
         // The shipped addresses: sluice's check, the proxy's listener, the API.
         let check_at = ("127.0.0.1:8082", format!("127.0.0.1:{check}"));
