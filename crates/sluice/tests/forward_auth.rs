@@ -148,3 +148,56 @@ fn the_proxies_examples_share_one_set_of_rules() {
         );
     }
 }
+
+/// The recipes on docs/forward-auth.md are the examples' own lines, so what a reader copies is
+/// what CI runs; and nginx's sets every header `check: {proxy: nginx}` reads (nginx passes a
+/// client's own on, so one left unset would be the client's to choose).
+#[test]
+fn the_docs_recipes_are_the_examples_own_lines() {
+    use sluice_core::check::{CheckPlan, CheckProxy, Part};
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/forward-auth.md"),
+    )
+    .expect("docs/forward-auth.md");
+    let block = |fence: &str, holding: &str| -> Vec<String> {
+        let mut blocks = page.split("\n```").skip(1).step_by(2);
+        let block = blocks
+            .find(|b| b.starts_with(fence) && b.contains(holding))
+            .unwrap_or_else(|| panic!("no ```{fence} block holding {holding}"));
+        block
+            .lines()
+            .skip(1)
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    };
+    for (fence, holding, dir, file) in [
+        ("nginx", "auth_request", "nginx", "nginx.conf"),
+        ("caddyfile", "reverse_proxy", "caddy", "Caddyfile"),
+        ("yaml", "forwardAuth", "traefik", "dynamic.yaml"),
+    ] {
+        let example: Vec<String> = common::example(dir, file)
+            .lines()
+            .map(|l| l.split(" #").next().unwrap_or("").trim().to_string())
+            .collect();
+        for line in block(fence, holding) {
+            assert!(
+                example.contains(&line),
+                "docs/forward-auth.md's {dir} recipe has a line {file} does not: {line}"
+            );
+        }
+    }
+    let nginx = block("nginx", "auth_request")
+        .join("\n")
+        .to_ascii_lowercase();
+    let preset = CheckPlan::preset(CheckProxy::Nginx);
+    for part in [preset.method, preset.uri, preset.host] {
+        let Part::Header(name) = part else {
+            panic!("nginx's preset reads headers")
+        };
+        assert!(
+            nginx.contains(&format!("proxy_set_header {name} ")),
+            "the nginx recipe leaves {name} to the client"
+        );
+    }
+}
