@@ -211,6 +211,23 @@ async fn only_the_named_header_is_read_and_only_once() {
     server.stop().await.expect("clean stop");
 }
 
+/// Without `check:` (the binary refuses `--check-addr` then; a server built otherwise), nothing
+/// says which headers to trust: every check is refused, none decided from a guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_check_section_nothing_is_decided() {
+    let (server, check, stop) = start(&CONFIG.replace("check:\n  proxy: caddy\n", "")).await;
+    let refused = get(check, &caddy("203.0.113.7", "/login")).await;
+    assert_eq!(refused.status, 400, "{}", refused.head);
+    assert!(
+        refused.body.contains("no `check:` section"),
+        "{}",
+        refused.body
+    );
+    assert_counted(&server, "invalid", 1).await;
+    stop.cancel();
+    server.stop().await.expect("clean stop");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_heads_and_slow_clients_are_bounded() {
     let (server, check, stop) = start(CONFIG).await;
