@@ -99,12 +99,12 @@ pub fn start_sluice(dir: &Path, sluice_yaml: &str) -> (Sluice, u16) {
     std::fs::write(dir.join("sluice.yaml"), sluice_yaml).expect("write");
     let tiers = common::example("nginx", "tiers.yaml");
     std::fs::write(dir.join("tiers.yaml"), tiers).expect("write");
-    let check = free_port();
     let sluice = Sluice::start_path(
         common::bin(),
         &dir.join("sluice.yaml"),
-        &["--check-addr", &format!("127.0.0.1:{check}")],
+        &["--check-addr", "127.0.0.1:0"],
     );
+    let check = sluice.check.expect("the HTTP check's address").port();
     (sluice, check)
 }
 
