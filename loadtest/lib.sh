@@ -63,6 +63,7 @@ authz:
   domain: bench
   descriptors:
     - [{key: client, from: {header: x-client}}]
+check: {proxy: nginx}   # the HTTP check's headers (p15.sh: --check-addr behind nginx)
 engine: {max_keys: 2000000}
 YAML
   serve "$2" "$work/sluice.log" "${SLUICE_BIN:-./target/release/sluice}" serve --config "$work/sluice.yaml" \

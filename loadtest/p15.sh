@@ -48,6 +48,7 @@ auth_server() { # PORT CHECK_PORT (none: no auth_request)
       proxy_set_header Content-Length "";
       proxy_set_header X-Original-URI \$request_uri;
       proxy_set_header X-Forwarded-Method \$request_method;
+      proxy_set_header X-Forwarded-Host \$host;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
     }
 NGINX
@@ -99,7 +100,7 @@ printf '%s\n%s\n' "$light" "$sat" >> loadtest/RESULTS.md
 cat >"$work/fixed.lua" <<LUA
 -- Each of wrk's 2 threads (its own Lua state) sends half of $REQUESTS requests, then stops.
 local share, sent = math.floor($REQUESTS / 2), 0
-request = function() sent = sent + 1; return wrk.format("GET", "/check", {["x-client"] = "hot", ["x-forwarded-uri"] = "/v1/items"}) end
+request = function() sent = sent + 1; return wrk.format("GET", "/check", {["x-client"] = "hot", ["x-forwarded-method"] = "GET", ["x-original-uri"] = "/v1/items", ["x-forwarded-host"] = "api"}) end
 response = function() if sent >= share then wrk.thread:stop() end end
 LUA
 http_cpu() { # PID PORT → "µs requests"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test of the workspace: formatting, clippy, unit, property, black-box gRPC,
 # CLI and end-to-end tests with a real Envoy, nginx, Caddy and Traefik, the Redis suites again on
-# Valkey, README's walkthroughs as written, 20 s of each fuzz target, then the deployment checks
-# (container image, compose demo, Grafana dashboard, Kubernetes manifests). Installs what it needs
-# first (scripts/setup.sh).
+# Valkey, the walkthroughs (README's and the examples') as written, 20 s of each fuzz target,
+# then the deployment checks (container image, compose demo, Grafana dashboard, Kubernetes
+# manifests). Installs what it needs first (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,9 +19,11 @@ SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 cargo test --workspace --locked --test
   --test conformance --test conformance_props --test demand --test faults --test global \
   --test heartbeat --test holds --test holds_overrides --test holds_props --test outage \
   --test post_paid --test pushed_resets --test top
-# README's quick start, the Envoy walkthrough and the concurrency example's (two pods on a Redis
-# in Docker, about 15 s), run as written, their output checked.
+# README's quick start, the Envoy walkthrough, the concurrency example's (two pods on a Redis in
+# Docker, about 15 s) and the nginx, Caddy and Traefik examples, run as written, their output
+# checked.
 python3 scripts/doc-run.py deploy/examples/quickstart/README.md README.md \
-  deploy/examples/concurrency/README.md
+  deploy/examples/concurrency/README.md deploy/examples/nginx/README.md \
+  deploy/examples/caddy/README.md deploy/examples/traefik/README.md
 scripts/fuzz.sh 20
 scripts/test-deploy.sh

@@ -172,7 +172,8 @@ impl AuthzPlan {
     ) -> Option<Cow<'r, str>> {
         match source {
             Source::ClientIp => self.client_ip(req),
-            Source::Path => Some(req.path().split('?').next().unwrap_or("").into()),
+            // One spelling of the path, so `//login` is not a bucket of its own (`path.rs`).
+            Source::Path => Some(crate::path::normalized(req.path())),
             Source::Method => Some(req.method().into()),
             Source::Host => Some(req.host().into()),
             // Header names were lowercased when the plan was built.
@@ -299,13 +300,16 @@ fn percent_decoded(raw: &str) -> Cow<'_, str> {
     String::from_utf8(out).map_or(Cow::Borrowed(raw), Cow::Owned)
 }
 
-/// The raw value of query parameter `name` in `path` (not percent-decoded).
-fn query_param<'a>(path: &'a str, name: &str) -> Option<&'a str> {
-    let (_, query) = path.split_once('?')?;
+/// The raw value (not percent-decoded) of the first query parameter of `target` (a request
+/// target: the query ends at a `#`) whose name is `name`, however the name is escaped
+/// (`api%5Fkey` is `api_key` to the application too: it must not hide a key from sluice).
+fn query_param<'a>(target: &'a str, name: &str) -> Option<&'a str> {
+    let (_, query) = target.split_once('?')?;
+    let query = query.split('#').next().unwrap_or_default();
     query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
+        .find(|(k, _)| percent_decoded(k) == name)
         .map(|(_, v)| v)
 }
 

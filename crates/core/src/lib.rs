@@ -7,6 +7,8 @@
 //! - [`unit`]: time units of `rate_limit.unit` and their lengths.
 //! - [`hash`]: FNV-1a 64, the one stable hash everything uses.
 //! - [`descriptor`]: descriptors and their entries, as requests carry them.
+//! - [`path`]: a request's path in one spelling (RFC 3986 normalisation, merged slashes), what
+//!   ext_authz and the HTTP check decide on.
 //! - `error`: [`ConfigError`], which every check of the configuration returns.
 //! - `rate`: what a limit and a bucket are ([`Rate`](bucket::Rate), [`BucketState`](bucket::BucketState)),
 //!   below both algorithms on them; re-exported by [`bucket`].
@@ -15,16 +17,20 @@
 //! - [`schema`]: the YAML configuration model (re-exported as `config::model`).
 //! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
 //! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.
+//! - [`check`]: the compiled `check:` section, where the HTTP check reads the request a proxy
+//!   forwards.
 //! - [`config`]: loading (files, directories, includes) and validation, into a
 //!   [`Config`](config::Config).
 
 pub mod authz;
 pub mod bucket;
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
 mod error;
 pub mod hash;
+pub mod path;
 mod rate;
 pub mod rules;
 pub mod schema;

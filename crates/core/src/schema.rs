@@ -12,10 +12,12 @@
 //! - [`domain`]: [`DomainFile`], the descriptor tree and `rate_limit` of upstream's format.
 //! - [`modes`]: [`Mode`], [`ChargeMode`], [`Fallback`] and [`LimitOverrides`].
 //! - [`authz`]: `authz:` entries and where their values come from, and `maps:`.
+//! - [`check`]: `check:`, the proxy in front of the HTTP check and the headers it sets.
 //! - [`settings`]: `redis:`, `engine:` and `response:`, with their defaults.
 //! - [`duration`]: human-readable durations (`100ms`, `1s`, `10m`).
 
 pub mod authz;
+pub mod check;
 pub mod domain;
 pub mod duration;
 pub mod file;
@@ -23,6 +25,7 @@ pub mod modes;
 pub mod settings;
 
 pub use authz::{ApiKeySource, AuthzConfig, AuthzEntryConfig, MapConfig, Source};
+pub use check::{CheckConfig, CheckHeadersConfig, CheckProxy};
 pub use domain::{DescriptorConfig, DomainFile, RateLimitConfig, ReplacesConfig, ReserveConfig};
 pub use duration::{HumanDuration, MAX_DURATION};
 pub use file::{AdminConfig, ConfigFile, TlsConfig};

@@ -68,37 +68,52 @@ impl Wire for Authz {
                 "CheckRequest has no attributes.request.http: sluice decides HTTP requests",
             ));
         };
-        let Some(plan) = runtime.authz.as_ref() else {
-            // No `authz:` section: nothing to limit, so allow (and say why in the metric).
-            return Ok(Intake::Answered {
-                code: "not_configured",
+        Ok(match question(runtime, &view) {
+            Ok(question) => Intake::Decide(question),
+            Err(code) => Intake::Answered {
+                code,
                 response: allow(Vec::new()),
-            });
-        };
-        // Values of any length: the engine keeps long ones in its keys as prefix and digest.
-        let descriptors: Vec<Descriptor> = plan.descriptors(&view);
-        if descriptors.is_empty() {
-            return Ok(Intake::Answered {
-                code: "no_descriptors",
-                response: allow(Vec::new()),
-            });
-        }
-        Ok(Intake::Decide(Question {
-            domain: &plan.domain,
-            descriptors,
-            // One hit on prepaid rules (0 means 1); a check on post-paid ones, whose usage is
-            // reported after the response (`sluice.v1.Usage/Report`).
-            hits_addend: 0,
-        }))
+            },
+        })
     }
 
     fn answer(&self, runtime: &Runtime, _: &CheckRequest, decision: &Decision) -> CheckResponse {
-        let policies = headers::policies(decision);
-        let header_values = rate_limit_headers(&policies, &runtime.response);
-        match decision.overall {
-            Code::Ok => allow(header_values),
-            Code::OverLimit => deny(&policies, header_values),
-        }
+        answer(runtime, decision)
+    }
+}
+
+/// What the `authz:` section makes of an HTTP request (ext_authz's, or one the HTTP check was
+/// forwarded): the question for the engine, or, when there is nothing to decide, the `code`
+/// an allowed answer is counted under (`not_configured`: no `authz:` section;
+/// `no_descriptors`: none could be built).
+pub(crate) fn question<'r>(
+    runtime: &'r Runtime,
+    view: &impl RequestView,
+) -> Result<Question<'r>, &'static str> {
+    // No `authz:` section: nothing to limit, so allow (and say why in the metric).
+    let plan = runtime.authz.as_ref().ok_or("not_configured")?;
+    // Values of any length: the engine keeps long ones in its keys as prefix and digest.
+    let descriptors: Vec<Descriptor> = plan.descriptors(view);
+    if descriptors.is_empty() {
+        return Err("no_descriptors");
+    }
+    Ok(Question {
+        domain: &plan.domain,
+        descriptors,
+        // One hit on prepaid rules (0 means 1); a check on post-paid ones, whose usage is
+        // reported after the response (`sluice.v1.Usage/Report`).
+        hits_addend: 0,
+    })
+}
+
+/// ext_authz's answer to `decision`: OK with the RateLimit headers, or a denial (429 with
+/// `Retry-After`, the RateLimit headers and problem+json).
+pub(crate) fn answer(runtime: &Runtime, decision: &Decision) -> CheckResponse {
+    let policies = headers::policies(decision);
+    let header_values = rate_limit_headers(&policies, &runtime.response);
+    match decision.overall {
+        Code::Ok => allow(header_values),
+        Code::OverLimit => deny(&policies, header_values),
     }
 }
 

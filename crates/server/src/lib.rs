@@ -7,6 +7,8 @@
 //!   answer → observe); [`rls`], [`authz`] and [`usage`] each only say how their wire maps to it.
 //! - [`rls`] — the rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 //! - [`authz`] — the ext_authz service, `envoy.service.auth.v3.Authorization/Check`.
+//! - [`forward`] — the HTTP check for nginx, Caddy and Traefik (forward auth): ext_authz's steps
+//!   for a request read from the headers the `check:` section names.
 //! - [`rlqs`] — the rate limit quota service,
 //!   `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`.
 //! - [`quota`] — the operator API, `sluice.v1.Quota` (peek, list, watch, rules).

@@ -20,6 +20,8 @@ use crate::metrics::ServerMetrics;
 pub struct Runtime {
     /// How ext_authz requests become descriptors.
     pub authz: Option<AuthzPlan>,
+    /// Where the HTTP check reads the request its proxy forwards (`check:`).
+    pub check: Option<sluice_core::check::CheckPlan>,
     /// Response options.
     pub response: ResponseSettings,
     /// The config version.
@@ -92,6 +94,7 @@ impl Runtime {
     pub fn of(config: &Config) -> Self {
         Self {
             authz: config.authz.clone(),
+            check: config.check.clone(),
             response: config.response.clone(),
             version: config.version.clone(),
             shadow_mode: config.shadow_mode,
@@ -197,6 +200,7 @@ mod tests {
     fn open_runtime() -> Runtime {
         Runtime {
             authz: None,
+            check: None,
             response: Default::default(),
             version: String::new(),
             shadow_mode: false,

@@ -91,3 +91,47 @@ async fn without_an_authz_section_every_request_is_allowed_and_counted() {
         "{metrics}"
     );
 }
+
+/// ext_authz decides on the path in one spelling (issue 41): spellings a server takes for
+/// `/login` all spend its bucket, rather than each getting a fresh one (or matching no rule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spellings_of_one_path_spend_one_bucket() {
+    const LOGIN: &str = r#"
+domains:
+  - domain: edge
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: {name: login, unit: minute, requests_per_unit: 3}
+authz:
+  domain: edge
+  descriptors:
+    - [{key: path, from: path}]
+"#;
+    let server = TestServer::start(LOGIN).await;
+    let mut authz = server.authz().await;
+    let mut allowed = Vec::new();
+    for path in [
+        "/login",
+        "//login",
+        "/./login?next=/",
+        "/x/../login",
+        "/%6cogin",
+        "/%2e/login#top",
+    ] {
+        let mut req = common::check_request(&[]);
+        if let Some(http) = req
+            .attributes
+            .as_mut()
+            .and_then(|a| a.request.as_mut())
+            .and_then(|r| r.http.as_mut())
+        {
+            http.path = path.to_string();
+        }
+        let resp = authz.check(req).await.expect("rpc").into_inner();
+        if resp.status.as_ref().map(|s| s.code) == Some(0) {
+            allowed.push(path);
+        }
+    }
+    assert_eq!(allowed, ["/login", "//login", "/./login?next=/"]);
+}

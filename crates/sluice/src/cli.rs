@@ -260,8 +260,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
     /// The HTTP check for proxies that are not Envoy (nginx `auth_request`, Caddy
-    /// `forward_auth`, Traefik `ForwardAuth`): decided as ext_authz from the `authz:` section.
-    /// Off unless given (e.g. 127.0.0.1:8082).
+    /// `forward_auth`, Traefik `ForwardAuth`): decided as ext_authz from the `authz:` section,
+    /// the request read from the headers the config's `check:` section names (required with
+    /// this flag). Off unless given (e.g. 127.0.0.1:8082).
     #[arg(long, env = "SLUICE_CHECK_ADDR")]
     pub check_addr: Option<SocketAddr>,
     /// After SIGTERM, how long to keep answering while health reports NOT_SERVING (e.g. 2s).

@@ -30,7 +30,12 @@ impl From<anyhow::Error> for RunError {
 
 /// Loads and validates the config before any port is bound, then serves until SIGTERM/SIGINT.
 pub fn serve(args: ServeArgs) -> Result<(), RunError> {
-    let config = crate::config::load(&args.config).map_err(RunError::Config)?;
+    let load: fn(&std::path::Path) -> Result<sluice_core::config::Config, ConfigError> =
+        match args.check_addr {
+            Some(_) => crate::config::load_for_check,
+            None => crate::config::load,
+        };
+    let config = load(&args.config).map_err(RunError::Config)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(n) = args.worker_threads {
@@ -72,7 +77,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
                 ReloadMetrics::register(&registry).context("registering reload metrics")?;
             Some((
                 ReloadOptions::for_config(&args.config, &config, args.reload_interval)
-                    .loading_with(crate::config::load),
+                    .loading_with(load),
                 metrics,
             ))
         };

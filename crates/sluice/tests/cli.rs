@@ -520,3 +520,32 @@ fn an_unreachable_address_is_said_once() {
     );
     assert!(!stderr.contains("tcp connect error"), "{stderr}");
 }
+
+/// The HTTP check port reads the request from headers only a named proxy sets (issue 41): with
+/// `--check-addr`, a config without `check:` is refused before any port is bound.
+#[test]
+fn the_check_port_needs_the_proxy_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sluice.yaml");
+    std::fs::write(
+        &path,
+        "domains:\n  - domain: edge\n    descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+    )
+    .expect("write");
+    let out = sluice()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .args(["--check-addr", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: the HTTP check (--check-addr) needs a `check:` section naming the proxy in front",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}

@@ -185,3 +185,17 @@ async fn a_fifo_in_place_of_the_config_neither_wedges_reload_nor_shutdown() {
     );
     assert_eq!(sluice.terminate(), Some(0), "SIGTERM stops it");
 }
+
+/// With the HTTP check port on, a reload that drops `check:` (which headers carry the request)
+/// is rejected like any broken edit: the running one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_dropping_check_is_rejected_while_the_check_port_is_on() {
+    let with_check = "domains:\n  - domain: edge\n    descriptors:\n      - {key: demo, rate_limit: {unit: minute, requests_per_unit: 2}}\ncheck: {proxy: caddy}\n";
+    let sluice = common::start_with(
+        with_check,
+        &["--reload-interval", "200ms", "--check-addr", "127.0.0.1:0"],
+    );
+    let without = with_check.replace("check: {proxy: caddy}\n", "");
+    write_atomically(&sluice.config_path(), &without);
+    wait_for_rejected_reload(&sluice, "dropping check:").await;
+}

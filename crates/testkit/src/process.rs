@@ -14,6 +14,8 @@ pub struct Sluice {
     pub grpc: SocketAddr,
     /// The admin HTTP address it reported.
     pub admin: SocketAddr,
+    /// The HTTP check's address it reported (`--check-addr`, given as port 0 too), if on.
+    pub check: Option<SocketAddr>,
     /// The process.
     pub child: Child,
     /// Its log lines (JSON), as they arrive.
@@ -106,6 +108,8 @@ impl Sluice {
                 return Self {
                     grpc: addr("grpc"),
                     admin: addr("admin"),
+                    // `off` when not given.
+                    check: v["fields"]["check"].as_str().and_then(|s| s.parse().ok()),
                     child,
                     stderr: rx,
                     dir,

@@ -201,6 +201,10 @@ fn api_keys_are_normalised_and_their_sources_ordered() {
         (&[][..], "/x?api_key=k1"),
         (&[][..], "/x?api_key=%6b1"),
         (&[][..], "/x?api_key=%6B%31"),
+        // The parameter's name escaped (the application decodes it), a fragment after it.
+        (&[][..], "/x?api%5Fkey=k1"),
+        (&[][..], "/x?%61pi_key=k1&api_key=k2"),
+        (&[][..], "/x?api_key=k1#k2"),
     ] {
         assert_eq!(
             key_of(&plan, headers, path).as_deref(),
@@ -236,6 +240,35 @@ fn api_keys_are_normalised_and_their_sources_ordered() {
         key_of(&plan, &[("x-api-key", "  ")], "/").as_deref(),
         None,
         "blank is absent"
+    );
+}
+
+/// The `path` source is the path in one spelling: a client cannot make a fresh bucket, or miss
+/// a rule, by spelling it otherwise (issue 41).
+#[test]
+fn the_path_is_decided_on_in_one_spelling() {
+    let plan = plan(CONFIG);
+    let path_of = |target: &str| {
+        let mut req = request(&[("x-api-key", "k1")], target);
+        req.peer = Some("192.0.2.9".into());
+        let got = plan.descriptors(&req);
+        got[1].entries[1].value.clone()
+    };
+    for target in [
+        "/login",
+        "//login",
+        "/./login",
+        "/x/../login",
+        "/%6cogin",
+        "/login?a=b",
+        "/login#x",
+    ] {
+        assert_eq!(path_of(target), "/login", "{target}");
+    }
+    assert_eq!(
+        path_of("/a%2fb"),
+        "/a%2Fb",
+        "an escaped slash is no separator"
     );
 }
 

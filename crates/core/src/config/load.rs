@@ -28,6 +28,7 @@ use super::secrets::{self, At};
 pub use super::secrets::{ResetToken, TlsMaterial};
 use super::yaml::{parse_all_errors, parse_yaml};
 use crate::authz::{AuthzPlan, ValueMap};
+use crate::check::CheckPlan;
 use crate::error::ConfigError;
 use crate::hash::{FNV_OFFSET, fnv1a};
 use crate::rules::RuleSet;
@@ -42,6 +43,9 @@ pub struct Config {
     pub rules: RuleSet,
     /// How ext_authz requests become descriptors, if configured.
     pub authz: Option<AuthzPlan>,
+    /// Where the HTTP check reads the request its proxy forwards (`check:`); the check port
+    /// needs it (the binary refuses `--check-addr` without it).
+    pub check: Option<CheckPlan>,
     /// Engine tuning.
     pub engine: EngineConfig,
     /// Response options.
@@ -221,8 +225,14 @@ fn load_parts(
         .as_ref()
         .map(|t| secrets::tls_material(source, at(t.referenced.line()), &t.value))
         .transpose()?;
+    let check = file
+        .check
+        .as_ref()
+        .map(|c| CheckPlan::compile(&config_path, c))
+        .transpose()?;
     let settings = Settings {
         engine: file.engine,
+        check,
         response: file.response,
         redis,
         shadow_mode: file.shadow_mode,
@@ -238,6 +248,7 @@ fn load_parts(
 #[derive(Default)]
 struct Settings {
     engine: EngineConfig,
+    check: Option<CheckPlan>,
     response: ResponseSettings,
     redis: Option<RedisSettings>,
     shadow_mode: bool,
@@ -377,6 +388,7 @@ impl<'s> Reader<'s> {
         Config {
             rules,
             authz,
+            check: settings.check,
             engine: settings.engine,
             response: settings.response,
             redis: settings.redis,

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::authz::{AuthzConfig, MapConfig};
+use super::check::CheckConfig;
 use super::domain::DomainFile;
 use super::modes::LimitOverrides;
 use super::settings::{EngineConfig, RedisSettings, ResponseSettings};
@@ -23,6 +24,9 @@ pub struct ConfigFile {
     pub include: Vec<Spanned<String>>,
     /// How ext_authz requests become descriptors; without it, `Check` allows every request.
     pub authz: Option<AuthzConfig>,
+    /// The proxy in front of the HTTP check (`--check-addr`), which needs it: which headers
+    /// carry the request it asks about.
+    pub check: Option<Spanned<CheckConfig>>,
     /// Named value maps for `authz` entries (e.g. API key → tier).
     #[serde(default)]
     pub maps: BTreeMap<String, Spanned<MapConfig>>,
