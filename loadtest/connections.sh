@@ -20,7 +20,7 @@ bench_servers "$work" 18291 18290 18191
 new=${pids[0]}
 kill "${pids[1]}"
 mkdir "$work/old"
-SLUICE_BIN=$old_bin bench_servers "$work/old" 18391 18390 18192
+SLUICE_BIN=$old_bin BENCH_CHECK= bench_servers "$work/old" 18391 18390 18192
 old=${pids[2]}
 kill "${pids[3]}"
 

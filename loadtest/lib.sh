@@ -50,10 +50,13 @@ rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 # the descriptor or ext_authz's x-client header) is never reached, and the no-op handler.
 # bench_servers WORK SLUICE_GRPC_PORT SLUICE_ADMIN_PORT NOOP_PORT; appends both pids to `pids`.
 # SLUICE_BIN names another sluice binary to measure (an older build, for an A/B in one sitting);
-# SLUICE_ARGS and NOOP_ARGS add arguments to each server's command line.
+# SLUICE_ARGS and NOOP_ARGS add arguments to each server's command line; BENCH_CHECK= (empty)
+# leaves out the `check:` section, which builds before issue 41 do not know.
 bench_servers() {
   local work=$1
-  cat >"$work/sluice.yaml" <<'YAML'
+  # The HTTP check's headers (p15.sh: --check-addr behind nginx).
+  local check='check: {proxy: nginx}'
+  cat >"$work/sluice.yaml" <<YAML
 domains:
   - domain: bench
     descriptors:
@@ -63,7 +66,7 @@ authz:
   domain: bench
   descriptors:
     - [{key: client, from: {header: x-client}}]
-check: {proxy: nginx}   # the HTTP check's headers (p15.sh: --check-addr behind nginx)
+${BENCH_CHECK-$check}
 engine: {max_keys: 2000000}
 YAML
   serve "$2" "$work/sluice.log" "${SLUICE_BIN:-./target/release/sluice}" serve --config "$work/sluice.yaml" \

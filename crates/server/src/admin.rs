@@ -14,10 +14,14 @@ use tokio_util::sync::CancellationToken;
 use crate::incoming::CappedIncoming;
 use crate::state::{AppState, Caller};
 
+/// The most bytes of a request's head the admin port reads (a `/quota` query carries a few
+/// values): hyper's own default is 400 KiB a connection, 25 MiB over the port's 64.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// Serves admin HTTP on `listener` until `stop` is cancelled: at most
 /// `limits.admin_max_connections` connections at once (further ones wait in the listen backlog),
 /// each closed when a request's headers take longer than `limits.admin_header_timeout`, or when it
-/// stays idle that long.
+/// stays idle that long, or when its head is over [`MAX_HEAD_BYTES`].
 pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: CancellationToken) {
     let limits = &state.limits;
     let incoming = CappedIncoming::new(
@@ -32,7 +36,7 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: Cancellation
     let answer = |state: Arc<AppState>, req: Request<Incoming>, peer| async move {
         handle(&state, &req, peer).await
     };
-    crate::http1::serve(incoming, state, stop, "admin", None, answer).await;
+    crate::http1::serve(incoming, state, stop, "admin", Some(MAX_HEAD_BYTES), answer).await;
 }
 
 /// Whether the request may read quota and config (`Runtime::may_read`: the read token, or

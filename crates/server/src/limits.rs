@@ -90,7 +90,8 @@ impl Default for Limits {
                 total: 256,
                 per_peer: 64,
                 per_connection: 16,
-                idle: Duration::from_secs(3_600),
+                // Longer than the longest interval (1 h): a watch sends a state every interval.
+                idle: Duration::from_secs(7_200),
             },
             rlqs_streams: StreamCaps {
                 total: 64,
@@ -105,7 +106,7 @@ impl Default for Limits {
                 idle: Duration::from_secs(1_800),
             },
             reflection_streams: StreamCaps {
-                total: 32,
+                total: 16,
                 per_peer: 8,
                 per_connection: 4,
                 idle: Duration::from_secs(60),

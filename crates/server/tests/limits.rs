@@ -378,3 +378,55 @@ async fn half_sent_requests_cannot_stall_the_admin_port() {
     assert!(refused(&server, "admin_connections_per_peer").await >= 66.0);
     server.stop().await.expect("clean stop");
 }
+
+/// Health/Watch streams, like every long-lived kind, are capped per connection and closed with
+/// UNAVAILABLE once they idle past their kind's time (counted); the place comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lived_streams_are_capped_and_closed_when_idle() {
+    let limits = Limits {
+        health_watches: StreamCaps {
+            per_connection: 2,
+            idle: Duration::from_millis(600),
+            ..Limits::default().health_watches
+        },
+        ..Limits::default()
+    };
+    let server = TestServer::start_with_limits(CONFIG, limits).await;
+    let mut health = HealthClient::new(server.channel().await);
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut s = health
+            .watch(HealthCheckRequest::default())
+            .await
+            .expect("watch")
+            .into_inner();
+        s.message().await.expect("status").expect("SERVING");
+        streams.push(s);
+    }
+    let third = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect_err("2 per connection");
+    assert_eq!(third.code(), tonic::Code::ResourceExhausted, "{third}");
+    assert!(
+        third
+            .message()
+            .contains("Health/Watch streams on this connection"),
+        "{third}"
+    );
+    let started = Instant::now();
+    for s in &mut streams {
+        let idle = s.message().await.expect_err("closed when idle");
+        assert_eq!(idle.code(), tonic::Code::Unavailable, "{idle}");
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(400), "closed after {took:?}");
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    assert_eq!(refused(&server, "health_watches_idle").await, 2.0);
+    assert_eq!(refused(&server, "health_watches_per_connection").await, 1.0);
+    health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("room again");
+    server.stop().await.expect("clean stop");
+}

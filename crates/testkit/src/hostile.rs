@@ -1,7 +1,7 @@
 //! A hostile gRPC client on raw HTTP/2 (the `h2` crate, no tonic): streams opened and left
 //! unfinished, messages whose length prefix promises more than ever comes, long-lived calls
 //! left idle, from any loopback address. What a client can make sluice hold is measured with
-//! it (`crates/sluice/tests/memory_bounds.rs`, `loadtest/pin-memory.sh`).
+//! it ([`attack`]: `crates/sluice/tests/memory_bounds.rs`, `loadtest/pin-memory.sh`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -12,6 +12,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
 use tokio::net::TcpSocket;
 use tokio::task::JoinHandle;
+
+pub mod attack;
 
 /// How a stream ended, as the client saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
