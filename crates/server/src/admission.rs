@@ -12,8 +12,9 @@
 //!   and each is closed after a time with no message either way ([`answer::Answer`]).
 //!
 //! # Layout
-//! - this module: the scopes, their bounds, [`Charge`] and [`LongSlot`], and the gauges;
-//! - [`call`]: what kind of call a path is (decode limit, cost, long-lived or not);
+//! - this module: the scopes, their bounds, [`Charge`] and [`LongSlot`];
+//! - [`call`]: what kind of call a path is (decode limit, cost, long-lived or not: [`LongKind`]);
+//! - `gauges`: [`Gauges`], what is held now, for `/metrics`.
 //! - [`metered`]: request bodies, charged as they arrive;
 //! - [`answer`]: answers, holding their call's charge until written out; idle long-lived calls.
 //!
@@ -26,74 +27,18 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntCounterVec};
 use tonic::Status;
 
 use crate::limits::{Limits, StreamCaps};
 
 pub mod answer;
 pub mod call;
+mod gauges;
 pub mod metered;
 
-/// The kinds of call that stay open for as long as their client likes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LongKind {
-    /// `sluice.v1.Quota/WatchQuota`.
-    WatchQuota,
-    /// `RateLimitQuotaService/StreamRateLimitQuotas` (RLQS).
-    Rlqs,
-    /// `grpc.health.v1.Health/Watch`.
-    HealthWatch,
-    /// `ServerReflection/ServerReflectionInfo` (v1 and v1alpha).
-    Reflection,
-}
-
-impl LongKind {
-    /// Every kind, in index order.
-    pub const ALL: [LongKind; 4] = [
-        LongKind::WatchQuota,
-        LongKind::Rlqs,
-        LongKind::HealthWatch,
-        LongKind::Reflection,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The `kind` label, and the stem of its `sluice_refused_total` bounds (`watchers` kept
-    /// for `WatchQuota`, as it was named before the other kinds were bounded).
-    pub fn label(self) -> &'static str {
-        match self {
-            LongKind::WatchQuota => "watchers",
-            LongKind::Rlqs => "rlqs_streams",
-            LongKind::HealthWatch => "health_watches",
-            LongKind::Reflection => "reflection_streams",
-        }
-    }
-
-    /// What the calls are, for a client's error message.
-    fn describe(self) -> &'static str {
-        match self {
-            LongKind::WatchQuota => "WatchQuota streams",
-            LongKind::Rlqs => "RLQS streams",
-            LongKind::HealthWatch => "Health/Watch streams",
-            LongKind::Reflection => "reflection streams",
-        }
-    }
-
-    /// Its bounds in `limits`.
-    pub fn caps(self, limits: &Limits) -> &StreamCaps {
-        match self {
-            LongKind::WatchQuota => &limits.watch_quota,
-            LongKind::Rlqs => &limits.rlqs_streams,
-            LongKind::HealthWatch => &limits.health_watches,
-            LongKind::Reflection => &limits.reflection_streams,
-        }
-    }
-}
+pub use call::LongKind;
+pub use gauges::Gauges;
 
 /// Where a bound was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,56 +239,6 @@ impl Admission {
     /// Counts a long-lived call of `kind` closed for idling.
     pub(crate) fn closed_idle(&self, kind: LongKind) {
         self.refused.idle[kind.index()].inc();
-    }
-}
-
-/// `sluice_request_bytes_held` and `sluice_long_streams{kind}`, read from an [`Admission`] when
-/// scraped (nothing on the request path updates a gauge).
-pub struct Gauges {
-    admission: Arc<Admission>,
-    bytes: IntGauge,
-    long: IntGaugeVec,
-}
-
-impl Gauges {
-    /// The gauges of `admission`, to register.
-    pub fn new(admission: Arc<Admission>) -> prometheus::Result<Self> {
-        Ok(Self {
-            admission,
-            bytes: IntGauge::new(
-                "sluice_request_bytes_held",
-                "Request bytes gRPC clients hold open now (docs/security.md)",
-            )?,
-            long: IntGaugeVec::new(
-                Opts::new(
-                    "sluice_long_streams",
-                    "Long-lived gRPC calls open now, by kind",
-                ),
-                &["kind"],
-            )?,
-        })
-    }
-}
-
-impl Collector for Gauges {
-    fn desc(&self) -> Vec<&Desc> {
-        let mut desc = self.bytes.desc();
-        desc.extend(self.long.desc());
-        desc
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let usage = self.admission.usage();
-        self.bytes
-            .set(i64::try_from(usage.bytes()).unwrap_or(i64::MAX));
-        for kind in LongKind::ALL {
-            self.long
-                .with_label_values(&[kind.label()])
-                .set(i64::try_from(usage.long(kind)).unwrap_or(i64::MAX));
-        }
-        let mut families = self.bytes.collect();
-        families.extend(self.long.collect());
-        families
     }
 }
 

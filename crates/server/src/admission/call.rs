@@ -1,7 +1,7 @@
 //! What kind of call a path is ([`Call::of`]): the largest message it takes, what it costs held
 //! open, and whether it is long-lived.
 
-use super::LongKind;
+use crate::limits::{Limits, StreamCaps};
 
 /// What kind of call a path is: the largest message it takes, what it costs held open, and
 /// whether it is long-lived.
@@ -76,4 +76,62 @@ pub fn header_bytes(headers: &http::HeaderMap) -> usize {
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 32)
         .sum()
+}
+
+/// The kinds of call that stay open for as long as their client likes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongKind {
+    /// `sluice.v1.Quota/WatchQuota`.
+    WatchQuota,
+    /// `RateLimitQuotaService/StreamRateLimitQuotas` (RLQS).
+    Rlqs,
+    /// `grpc.health.v1.Health/Watch`.
+    HealthWatch,
+    /// `ServerReflection/ServerReflectionInfo` (v1 and v1alpha).
+    Reflection,
+}
+
+impl LongKind {
+    /// Every kind, in index order.
+    pub const ALL: [LongKind; 4] = [
+        LongKind::WatchQuota,
+        LongKind::Rlqs,
+        LongKind::HealthWatch,
+        LongKind::Reflection,
+    ];
+
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The `kind` label, and the stem of its `sluice_refused_total` bounds (`watchers` kept
+    /// for `WatchQuota`, as it was named before the other kinds were bounded).
+    pub fn label(self) -> &'static str {
+        match self {
+            LongKind::WatchQuota => "watchers",
+            LongKind::Rlqs => "rlqs_streams",
+            LongKind::HealthWatch => "health_watches",
+            LongKind::Reflection => "reflection_streams",
+        }
+    }
+
+    /// What the calls are, for a client's error message.
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            LongKind::WatchQuota => "WatchQuota streams",
+            LongKind::Rlqs => "RLQS streams",
+            LongKind::HealthWatch => "Health/Watch streams",
+            LongKind::Reflection => "reflection streams",
+        }
+    }
+
+    /// Its bounds in `limits`.
+    pub fn caps(self, limits: &Limits) -> &StreamCaps {
+        match self {
+            LongKind::WatchQuota => &limits.watch_quota,
+            LongKind::Rlqs => &limits.rlqs_streams,
+            LongKind::HealthWatch => &limits.health_watches,
+            LongKind::Reflection => &limits.reflection_streams,
+        }
+    }
 }
