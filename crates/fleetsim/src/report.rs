@@ -1,0 +1,55 @@
+//! The simulator's table (markdown, as loadtest/RESULTS.md keeps it).
+//!
+//! "False denials" compare request by request: the exact limiter admitted it, sluice denied it.
+//! Under the limit that is the measure; over it (demand ≥ 100 %) the two admit different
+//! requests of the same number, so read "short of exact" (how many fewer sluice admitted) and
+//! "admitted of B+L·T" there.
+
+use crate::run::Outcome;
+use crate::scenario::Arrivals;
+
+/// The table's head.
+pub const HEAD: &str = "| scenario | sidecars | demand | arrivals | burst | requests | exact admits | sluice admits | false denials | short of exact | over B+L·t | admitted of B+L·T | store calls/s | of them leases, returns | waited on the store | timed out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+/// One run's row.
+pub fn row(o: &Outcome) -> String {
+    let c = &o.case;
+    let arrivals = match c.arrivals {
+        Arrivals::Poisson => "poisson",
+        Arrivals::Step => "in step",
+        Arrivals::Hot => "one hot pod",
+        Arrivals::Churn => "pods come and go",
+    };
+    let pct = |part: u64, of: u64| {
+        if of == 0 {
+            "0".to_string()
+        } else {
+            format!("{:.2}%", 100.0 * part as f64 / of as f64)
+        }
+    };
+    format!(
+        "| {} | {} | {:.0}% | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.1}% | {:.1} | {}, {} | {} | {} |",
+        c.name,
+        c.sidecars,
+        c.demand * 100.0,
+        arrivals,
+        c.burst,
+        o.requests,
+        o.exact_admitted,
+        o.admitted,
+        o.false_denials,
+        pct(o.false_denials, o.requests),
+        o.exact_admitted.saturating_sub(o.admitted),
+        if o.over > 0.0 {
+            format!("**{:.1}**", o.over)
+        } else {
+            "no".to_string()
+        },
+        100.0 * o.admitted as f64 / o.bound,
+        o.calls_per_sec(),
+        o.leases,
+        o.releases,
+        o.waited,
+        o.timed_out,
+    )
+}

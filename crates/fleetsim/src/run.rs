@@ -1,0 +1,224 @@
+//! One run: `n` real engines (the sidecars' decision code, unchanged) on one simulated store,
+//! every request of the case decided by the sidecar it arrives at, each engine's maintenance
+//! loop running as in the server; then the same arrivals through the exact limiter.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use sluice_core::Descriptor;
+use sluice_core::config::parse_config;
+use sluice_engine::decision::{Code, EngineSettings, RateLimitRequest};
+use sluice_engine::{Engine, EngineMetrics};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::arrivals::{self, Arrival};
+use crate::clock::SimClock;
+use crate::exact::Exact;
+use crate::scenario::Case;
+use crate::store::SimStore;
+
+/// What a run saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The run.
+    pub case: Case,
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests sluice admitted.
+    pub admitted: u64,
+    /// Requests the exact limiter admitted.
+    pub exact_admitted: u64,
+    /// Requests the exact limiter admitted and sluice denied.
+    pub false_denials: u64,
+    /// The most sluice had admitted beyond `B + L·t` at any moment (`t` from the first
+    /// request); 0 or less: within the bound throughout.
+    pub over: f64,
+    /// `B + L·T` for the whole run.
+    pub bound: f64,
+    /// Store calls on the key while requests were decided (leases, returns, everything else).
+    pub store_calls: u64,
+    /// Of them, leases.
+    pub leases: u64,
+    /// Of them, returns.
+    pub releases: u64,
+    /// Calls that failed: the store was out.
+    pub failed: u64,
+    /// Decisions that waited on the store.
+    pub waited: u64,
+    /// Decisions that waited the store's whole timeout (the rule's fallback decided them).
+    pub timed_out: u64,
+}
+
+impl Outcome {
+    /// Store calls on the key a simulated second.
+    pub fn calls_per_sec(&self) -> f64 {
+        self.store_calls as f64 / self.case.seconds as f64
+    }
+}
+
+/// The rules: one key, `limit` a second with `burst`, every other setting a user's default.
+fn config(case: &Case) -> String {
+    format!(
+        "domains:\n  - domain: fleet\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, burst: {}}}\n",
+        case.limit, case.burst
+    )
+}
+
+/// A sidecar: its engine, and the way to stop its maintenance loop (which returns its leases).
+struct Sidecar {
+    engine: Arc<Engine>,
+    stop: oneshot::Sender<()>,
+    loop_done: JoinHandle<()>,
+}
+
+impl Sidecar {
+    fn start(case: &Case, store: &Arc<SimStore>, clock: SimClock) -> Self {
+        let rules = parse_config(&config(case)).expect("the fleet config").rules;
+        let engine = Arc::new(Engine::new(
+            rules,
+            store.clone(),
+            Arc::new(clock),
+            EngineSettings::default(),
+            EngineMetrics::unregistered(),
+        ));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let loop_done = tokio::spawn(engine.clone().maintain_until(async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            engine,
+            stop,
+            loop_done,
+        }
+    }
+
+    /// Stops it as a pod shutting down does: its maintenance loop returns every lease.
+    async fn leave(self) {
+        let _ = self.stop.send(());
+        let _ = self.loop_done.await;
+    }
+}
+
+/// Runs `case` on a runtime of its own, on a paused (simulated) clock.
+pub fn run(case: &Case) -> Outcome {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(simulate(case))
+}
+
+async fn simulate(case: &Case) -> Outcome {
+    let arrivals = arrivals::draw(case);
+    let churn = arrivals::churn(case);
+    let clock = SimClock::starting_now();
+    let start = Instant::now();
+    let store = SimStore::new(case, clock);
+    let mut fleet: Vec<Sidecar> = (0..case.sidecars)
+        .map(|_| Sidecar::start(case, &store, clock))
+        .collect();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, bool, u64, u64)>();
+    let mut churn = churn.into_iter().peekable();
+    for (i, &Arrival { at_us, sidecar }) in arrivals.iter().enumerate() {
+        while let Some((at, slots)) = churn.next_if(|(at, _)| *at <= at_us) {
+            tokio::time::sleep_until(start + std::time::Duration::from_micros(at)).await;
+            for slot in slots {
+                let new = Sidecar::start(case, &store, clock);
+                // Leaving takes a store call: the old pod goes while the new one serves.
+                let old = std::mem::replace(&mut fleet[slot], new);
+                tokio::spawn(old.leave());
+            }
+        }
+        tokio::time::sleep_until(start + std::time::Duration::from_micros(at_us)).await;
+        let engine = fleet[sidecar].engine.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let descriptors = [Descriptor::of([("k", "v")])];
+            let asked = clock.elapsed_micros();
+            let decision = engine
+                .decide(&RateLimitRequest {
+                    domain: "fleet",
+                    descriptors: &descriptors,
+                    hits_addend: 1,
+                })
+                .await;
+            let _ = tx.send((
+                i,
+                decision.overall == Code::Ok,
+                asked,
+                clock.elapsed_micros(),
+            ));
+        });
+    }
+    drop(tx);
+    let mut decided = vec![None; arrivals.len()];
+    while let Some((i, ok, asked, answered)) = rx.recv().await {
+        decided[i] = Some((ok, asked, answered));
+    }
+    let calls = &store.calls;
+    let counts = Counts {
+        store_calls: calls.on_keys(),
+        leases: calls.leases.load(Ordering::Relaxed),
+        releases: calls.releases.load(Ordering::Relaxed),
+        failed: calls.failed.load(Ordering::Relaxed),
+    };
+    for sidecar in fleet {
+        sidecar.leave().await;
+    }
+    let decided: Vec<(bool, u64, u64)> = decided
+        .into_iter()
+        .map(|d| d.expect("every request is decided"))
+        .collect();
+    tally(case, &arrivals, &decided, counts)
+}
+
+/// The store's counts when the last request was decided.
+struct Counts {
+    store_calls: u64,
+    leases: u64,
+    releases: u64,
+    failed: u64,
+}
+
+/// Compares what sluice decided with the exact limiter on the same arrivals.
+fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Counts) -> Outcome {
+    let mut exact = Exact::new(case.limit, case.burst);
+    let (mut exact_admitted, mut false_denials) = (0, 0);
+    for (a, &(ok, _, _)) in arrivals.iter().zip(decided) {
+        let exact_ok = exact.admit(a.at_us);
+        exact_admitted += u64::from(exact_ok);
+        false_denials += u64::from(exact_ok && !ok);
+    }
+    // B + L·t at each admission, in the order they were answered.
+    let first = arrivals.first().map_or(0, |a| a.at_us);
+    let mut answered: Vec<u64> = decided.iter().filter(|d| d.0).map(|d| d.2).collect();
+    answered.sort_unstable();
+    let bound_at =
+        |t: u64| case.burst as f64 + case.limit as f64 * t.saturating_sub(first) as f64 / 1e6;
+    let over = answered
+        .iter()
+        .enumerate()
+        .map(|(k, &t)| (k + 1) as f64 - bound_at(t))
+        .fold(f64::NEG_INFINITY, f64::max);
+    Outcome {
+        case: case.clone(),
+        requests: arrivals.len() as u64,
+        admitted: answered.len() as u64,
+        exact_admitted,
+        false_denials,
+        over: if answered.is_empty() { 0.0 } else { over },
+        bound: bound_at(first + case.seconds * 1_000_000),
+        store_calls: c.store_calls,
+        leases: c.leases,
+        releases: c.releases,
+        failed: c.failed,
+        waited: decided.iter().filter(|d| d.2 > d.1).count() as u64,
+        timed_out: decided
+            .iter()
+            .filter(|d| d.2 - d.1 >= case.timeout_us)
+            .count() as u64,
+    }
+}

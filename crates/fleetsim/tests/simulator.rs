@@ -1,0 +1,96 @@
+//! The simulator itself (CI runs these; the full grids are `loadtest/fleetsim.sh`): a run is
+//! the same for a seed, and sluice's engines never admit beyond `B + L·t` on any of a small
+//! grid of fleets, loads and arrival patterns; a fleet that can only be wrong by accident (two
+//! sidecars well under the limit) is never denied.
+
+use sluice_fleetsim::run::run;
+use sluice_fleetsim::scenario::{Case, parse};
+
+fn cases(yaml: &str) -> Vec<Case> {
+    parse(yaml)
+        .expect("scenario")
+        .scenarios
+        .iter()
+        .flat_map(|g| g.cases())
+        .collect()
+}
+
+#[test]
+fn a_run_is_the_same_for_a_seed_and_differs_for_another() {
+    let case = cases(
+        "scenarios:\n  - {name: d, sidecars: [8], demand: [1.5], arrivals: [poisson], burst: [20], limit: 100, seconds: 5, rtt_ms: 1, jitter_ms: 1, seed: 3}\n",
+    )
+    .remove(0);
+    let first = run(&case);
+    assert_eq!(first, run(&case));
+    let mut other = case.clone();
+    other.seed = 4;
+    assert_ne!(first.requests, run(&other).requests);
+}
+
+#[test]
+fn never_over_the_bound_on_a_small_grid() {
+    let grid = cases(
+        "scenarios:
+  - name: ci
+    sidecars: [2, 32, 128]
+    demand: [0.2, 0.8, 4.0]
+    arrivals: [poisson, step, hot, churn]
+    burst: [100]
+    limit: 100
+    seconds: 11
+    rtt_ms: 1
+    jitter_ms: 1
+    seed: 11
+  - name: thin
+    sidecars: [32]
+    demand: [0.8, 4.0]
+    arrivals: [poisson, step]
+    burst: [10]
+    limit: 100
+    seconds: 11
+    rtt_ms: 1
+    jitter_ms: 1
+    seed: 12
+",
+    );
+    let mut failures = Vec::new();
+    for case in &grid {
+        let o = run(case);
+        if o.over > 0.0 {
+            failures.push(format!("{case:?}: {:.1} over B + L·t", o.over));
+        }
+        assert!(o.admitted <= o.requests);
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn two_sidecars_well_under_the_limit_are_never_denied() {
+    for case in cases(
+        "scenarios:\n  - {name: u, sidecars: [2], demand: [0.2, 0.5], arrivals: [poisson, step, hot], burst: [100], limit: 100, seconds: 20, rtt_ms: 2, jitter_ms: 1, seed: 5}\n",
+    ) {
+        let o = run(&case);
+        assert_eq!(o.exact_admitted, o.requests, "{case:?}");
+        assert_eq!(o.false_denials, 0, "{case:?}: {o:?}");
+    }
+}
+
+#[test]
+fn an_outage_is_decided_by_the_fallback_and_counted() {
+    let case = cases(
+        "scenarios:\n  - {name: o, sidecars: [4], demand: [0.5], arrivals: [poisson], burst: [100], limit: 100, seconds: 10, rtt_ms: 1, outages: [[3, 6]], seed: 2}\n",
+    )
+    .remove(0);
+    let o = run(&case);
+    // While the store is out, calls fail at once (a real store's breaker is open) and the
+    // fallback decides: a key at half its limit is still admitted, and none waits a timeout.
+    assert_eq!(o.admitted, o.requests, "{o:?}");
+    assert_eq!(o.timed_out, 0, "{o:?}");
+    assert!(o.failed > 0, "{o:?}");
+    let quiet = run(&Case {
+        outages: Vec::new(),
+        ..case
+    });
+    assert_eq!(quiet.failed, 0, "{quiet:?}");
+}
