@@ -6,7 +6,8 @@
 #   deploy/demo.sh          run, then stop and remove the stack
 #   deploy/demo.sh --keep   leave it running: Envoy on 127.0.0.1:10000, sluice admin on :9091 and :9092
 #   deploy/demo.sh --down   stop and remove it
-# Needs Docker with `docker compose` or docker-compose, and curl.
+# DEMO_BUILT=1 runs the image $SLUICE_IMAGE as it is, without building it (scripts/test-deploy.sh,
+# which has just built it). Needs Docker with `docker compose` or docker-compose, and curl.
 set -euo pipefail
 cd "$(dirname "$0")"
 port=${DEMO_PORT:-10000} admin_a=${DEMO_ADMIN_A:-9091} admin_b=${DEMO_ADMIN_B:-9092}
@@ -24,8 +25,12 @@ esac
 compose down -v -t 2 >/dev/null 2>&1 || true   # a fresh Redis: the limits start full
 image=${SLUICE_IMAGE:-sluice:local}
 export SLUICE_IMAGE=$image
-echo "== building $image from deploy/Dockerfile (the first build takes a few minutes)"
-docker build -q -f Dockerfile -t "$image" .. >/dev/null
+if [ "${DEMO_BUILT:-}" = 1 ]; then
+  echo "== using $image as built (DEMO_BUILT=1)"
+else
+  echo "== building $image from deploy/Dockerfile (the first build takes a few minutes)"
+  docker build -q -f Dockerfile -t "$image" .. >/dev/null
+fi
 echo "== starting Envoy, sluice-a, sluice-b, Redis and the upstream"
 compose up -d --no-build
 metric() { curl -fsS "127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {print $2}'; }

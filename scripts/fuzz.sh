@@ -8,6 +8,8 @@
 # cargo-fuzz wants a nightly compiler for its sanitizer flags. With `-s none` (no sanitizer:
 # Rust code is memory safe, and what we look for are panics, overflows and hangs) the only
 # unstable flags left are accepted by the pinned stable compiler under RUSTC_BOOTSTRAP=1.
+# Built optimized *with* overflow checks and debug assertions (cargo-fuzz's default; its `-O`
+# turns them off, which an earlier version of this script passed: an overflow went unseen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-20}
@@ -17,12 +19,12 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
 fi
 export RUSTC_BOOTSTRAP=1
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
-(cd fuzz && cargo fuzz build -s none -O)
+(cd fuzz && cargo fuzz build -s none)
 for target in ${TARGETS:-$(cd fuzz && cargo fuzz list)}; do
   work=$(mktemp -d)
   cp -r "fuzz/corpus/$target/." "$work/" 2>/dev/null || true
   echo "fuzz: $target for ${SECONDS_EACH}s"
-  (cd fuzz && cargo fuzz run -s none -O "$target" "$work" -- \
+  (cd fuzz && cargo fuzz run -s none "$target" "$work" -- \
     -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 |
     grep -E '^(Done|stat::number_of_executed_units|==|thread|SUMMARY)|panicked|crash-' || true)
   rm -rf "$work"

@@ -12,13 +12,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # The Redis store's suites again on Valkey 9.1 (the Lua = Rust conformance cases, Redis Cluster,
 # holds, faults, ACL rights), all but TLS: the Valkey build this machine can download has none.
-# (`--workspace` reuses the build above; `-p sluice-redis` would rebuild with other features.
-# It also reruns crates/server/tests/holds.rs, which shares a name and needs no Redis.)
+# The binaries the run above built, run again (scripts/rerun-tests.sh: no second build).
 scripts/valkey-image.sh
-SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 cargo test --workspace --locked --test acl --test batch \
-  --test conformance --test conformance_props --test demand --test faults --test global \
-  --test heartbeat --test holds --test holds_overrides --test holds_props --test outage \
-  --test post_paid --test pushed_resets --test top
+SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 scripts/rerun-tests.sh sluice-redis acl batch \
+  conformance conformance_props demand faults global heartbeat holds holds_overrides \
+  holds_props outage post_paid pushed_resets top
 # README's quick start, the Envoy walkthrough, the concurrency example's (two pods on a Redis in
 # Docker, about 15 s) and the nginx, Caddy and Traefik examples, run as written, their output
 # checked.

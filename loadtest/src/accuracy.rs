@@ -28,6 +28,10 @@ struct Args {
     /// The sluice binary (build with `cargo build --release -p sluice`).
     #[arg(long, default_value = "target/release/sluice")]
     sluice: std::path::PathBuf,
+    /// Every sidecar's k-th request at the same moment (issue 42's table: each step is one
+    /// request per sidecar); by default each sidecar's requests start at a phase of their own.
+    #[arg(long)]
+    in_step: bool,
     /// Sidecar processes.
     #[arg(long, default_value_t = 4)]
     sidecars: usize,
@@ -207,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
             start,
             until,
             0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1),
+            args.in_step,
         )));
     }
     // Cumulative admitted (all keys) sampled every 100 ms, for the never-over check.

@@ -102,7 +102,11 @@ fn request(key: usize) -> RateLimitRequest {
     }
 }
 
-/// Sends `rate` requests per second to `client` until `until`, counting into `tally`.
+/// Sends `rate` requests per second to `client` until `until`, counting into `tally`. With
+/// `in_step`, every driver sends its k-th request at the same moment, `(k - 1/2) / rate`
+/// (the worst case for leases: every sidecar asks at once); otherwise each starts at a phase
+/// of its own, from `seed`.
+#[allow(clippy::too_many_arguments)]
 pub async fn drive(
     client: RateLimitServiceClient<Channel>,
     rate: f64,
@@ -111,6 +115,7 @@ pub async fn drive(
     start: Instant,
     until: Instant,
     seed: u64,
+    in_step: bool,
 ) {
     let inflight = Arc::new(Semaphore::new(256));
     // The Unix clock windows are aligned to (as Redis TIME is).
@@ -120,7 +125,11 @@ pub async fn drive(
     // seed): with one start for all, every sidecar sent its k-th request at k/rate, so 128
     // sidecars at 0.6 req/s each sent 128 requests in the same millisecond every 1.6 s, more
     // than the burst, and denials a real token bucket makes too counted as "under the ideal".
-    let phase = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
+    let phase = if in_step {
+        0.5
+    } else {
+        (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64
+    };
     let mut sent = 0u64;
     let mut seen = vec![false; keys.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(1));
