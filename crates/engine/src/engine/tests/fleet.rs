@@ -134,8 +134,8 @@ async fn a_key_under_its_limit_is_never_denied_whatever_the_fleet_size() {
 }
 
 /// A key starved at 4× its limit, at any fleet size up to 128: its sidecars take turns, so the
-/// key costs the store about `starved_calls_per_sec` (10) calls a second whatever the number of
-/// sidecars (at most twice that), and it admits at least 98% of `L` once the fleet has settled (the first 20 s: the
+/// key costs the store about `starved_calls_per_sec` (10) calls a second up to 32 sidecars (at
+/// most twice that; at 128, see below), and it admits at least 98% of `L` once the fleet has settled (the first 20 s: the
 /// first spell, then a queue of up to `n / 10` seconds forms; meanwhile leases fill with the
 /// tokens each sidecar spends until its next turn, which they hold from then on). Never over
 /// `B + L·t`. Before, each starved sidecar asked again every lease horizon: about `5·n` calls a
@@ -165,9 +165,15 @@ async fn a_starved_key_costs_the_same_calls_a_second_whatever_the_fleet_size() {
         );
         assert!(share >= 0.98, "{n} engines admitted {admitted} in {secs} s");
         // The turns (10 a second), plus sidecars that got all they asked for (what missed turns
-        // left in the bucket) asking again when that runs out.
+        // left in the bucket) asking again when that runs out. Beyond 10 sidecars on a burst of
+        // 100 a cold lease is no longer 5 tokens but the sidecar's share of half the burst (0:
+        // what the request needs), which ended the false denials under the limit at 128 and
+        // 1 000 sidecars (crates/fleetsim) and costs a starved key here up to a call per
+        // admitted request (110 a second measured at 128; 12.7 before): at most one call per
+        // three decisions. Leases of rate are to bring it back to 20 (issue 42).
+        let most = if n <= 32 { 20.0 } else { 400.0 / 3.0 };
         assert!(
-            per_sec <= 20.0,
+            per_sec <= most,
             "{n} engines: {per_sec:.1} store calls a second"
         );
     }
