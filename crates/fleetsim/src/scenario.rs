@@ -33,7 +33,7 @@ pub enum Arrivals {
 pub struct Grid {
     /// Names the grid's rows in the report.
     pub name: String,
-    /// Sidecar counts.
+    /// Sidecar counts, each at most [`MAX_SIDECARS`].
     pub sidecars: Vec<usize>,
     /// Offered load, as a fraction of the limit (0.8: 80 % of `limit`).
     pub demand: Vec<f64>,
@@ -116,13 +116,19 @@ impl Case {
     }
 }
 
-/// Parses a scenario file and checks its values.
+/// The most sidecars a run may have.
+pub const MAX_SIDECARS: usize = 10_000;
+
+/// The most requests a run may offer (its arrivals are drawn before it starts).
+pub const MAX_REQUESTS: u64 = 20_000_000;
+
+/// Parses a scenario file and checks its values: a clear error, never a run that cannot end.
 pub fn parse(text: &str) -> anyhow::Result<File> {
     let file: File = serde_saphyr::from_str(text)?;
     for g in &file.scenarios {
         let bad = |what: &str| anyhow::anyhow!("scenario {}: {what}", g.name);
-        if g.sidecars.is_empty() || g.sidecars.iter().any(|&n| n == 0 || n > 100_000) {
-            return Err(bad("sidecars: a list of counts in 1..=100000"));
+        if g.sidecars.is_empty() || g.sidecars.iter().any(|&n| n == 0 || n > MAX_SIDECARS) {
+            return Err(bad("sidecars: a list of counts in 1..=10000"));
         }
         if g.demand.is_empty()
             || g.demand
@@ -150,6 +156,13 @@ pub fn parse(text: &str) -> anyhow::Result<File> {
             .any(|[from, to]| !(from.is_finite() && to.is_finite() && 0.0 <= *from && from < to))
         {
             return Err(bad("outages: [from, to] seconds, from < to"));
+        }
+        // The arrivals are drawn up front (16 bytes each): bound a run's requests.
+        let most_demand = g.demand.iter().copied().fold(0.0, f64::max);
+        if most_demand * g.limit as f64 * g.seconds as f64 > MAX_REQUESTS as f64 {
+            return Err(bad(
+                "demand × limit × seconds: at most 20000000 requests a run",
+            ));
         }
     }
     Ok(file)
@@ -187,5 +200,58 @@ impl Grid {
             }
         }
         cases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(fields: &str) -> String {
+        format!(
+            "scenarios:\n  - {{name: g, sidecars: [4], demand: [0.5], arrivals: [poisson], burst: [10], limit: 100{fields}}}\n"
+        )
+    }
+
+    #[test]
+    fn a_grid_expands_to_every_combination() {
+        let text = "scenarios:\n  - {name: g, sidecars: [2, 32], demand: [0.2, 4], arrivals: [poisson, step, hot], burst: [10, 100], limit: 100, outages: [[1, 2.5]]}\n";
+        let cases = parse(text).expect("valid").scenarios[0].cases();
+        assert_eq!(cases.len(), 2 * 2 * 3 * 2);
+        assert_eq!(cases[0].outages, vec![(1_000_000, 2_500_000)]);
+        assert!(cases[0].out_at(1_000_000) && !cases[0].out_at(2_500_000));
+        assert_eq!(
+            (cases[0].seconds, cases[0].rtt_us, cases[0].timeout_us),
+            (60, 1_000, 20_000)
+        );
+    }
+
+    #[test]
+    fn values_no_run_can_use_are_refused_with_what_is_allowed() {
+        for (fields, says) in [
+            (", seconds: 0", "seconds in 1..=3600"),
+            (", rtt_ms: -1", "rtt_ms"),
+            (", jitter_ms: .nan", "jitter_ms"),
+            (", outages: [[5, 5]]", "from < to"),
+        ] {
+            let err = parse(&grid(fields)).expect_err(fields).to_string();
+            assert!(err.contains(says), "{fields}: {err}");
+        }
+        let err = parse("scenarios:\n  - {name: g, sidecars: [0], demand: [1], arrivals: [poisson], burst: [1], limit: 1}\n")
+            .expect_err("no sidecars")
+            .to_string();
+        assert!(err.contains("1..=10000"), "{err}");
+        let err = parse("scenarios:\n  - {name: g, sidecars: [1], demand: [1e308], arrivals: [poisson], burst: [1], limit: 1}\n")
+            .expect_err("huge demand")
+            .to_string();
+        assert!(err.contains("demand"), "{err}");
+        let err = parse("scenarios:\n  - {name: g, sidecars: [1], demand: [100], arrivals: [poisson], burst: [1], limit: 100000, seconds: 3600}\n")
+            .expect_err("too many requests")
+            .to_string();
+        assert!(err.contains("at most 20000000 requests"), "{err}");
+        let err = parse(&grid(", spread: 3"))
+            .expect_err("unknown field")
+            .to_string();
+        assert!(err.contains("spread"), "{err}");
     }
 }
