@@ -1,0 +1,126 @@
+//! The fleet's promises as properties over random fleets (issue 42): sidecars, load, arrival
+//! pattern, limit, burst, store round trip and jitter, seed, all drawn at random, each run against
+//! an exact limiter on the same arrivals.
+//!
+//! - Never over `B + L·t`, at any moment, whatever the fleet and its load (CI runs 16 fleets;
+//!   `PROPTEST_CASES=1000 cargo test --release -p sluice-fleetsim --test properties` passed).
+//! - No false denial well under the limit (≤ 80 % of `L`) while the burst is at least the number
+//!   of sidecars. That is issue 42's target, which token leases do not meet yet: the property
+//!   found the three fleets below (each now decided without a false denial, and kept as a
+//!   case), then fleets where refills ahead near the limit take the bottom half of the burst
+//!   (2 of 312 requests denied; 5 of 468 with a 4.5 ms store). It is `#[ignore]`d until leases
+//!   of rate close it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`.
+//!
+//! Store outages are the simulator grid's (`loadtest/fleetsim/fleet.yaml`): during one the
+//! rule's fallback decides, which may admit beyond the bound by design (docs/faults.md).
+
+use proptest::prelude::*;
+use sluice_fleetsim::run::run;
+use sluice_fleetsim::scenario::{Arrivals, Case};
+
+fn arrivals() -> impl Strategy<Value = Arrivals> {
+    prop_oneof![
+        Just(Arrivals::Poisson),
+        Just(Arrivals::Step),
+        Just(Arrivals::Hot),
+        Just(Arrivals::Churn),
+    ]
+}
+
+/// A fleet on a store with no outage.
+#[allow(clippy::too_many_arguments)]
+fn fleet(
+    sidecars: usize,
+    demand: f64,
+    arrivals: Arrivals,
+    limit: u64,
+    burst: u64,
+    seconds: u64,
+    rtt_us: u64,
+    jitter_us: u64,
+    seed: u64,
+) -> Case {
+    Case {
+        name: "property".into(),
+        sidecars,
+        demand,
+        arrivals,
+        limit,
+        burst,
+        seconds,
+        rtt_us,
+        jitter_us,
+        timeout_us: 50_000,
+        outages: Vec::new(),
+        seed,
+    }
+}
+
+/// Up to 48 sidecars, a limit of 1 to 400 a second, a burst of 1 to 2 000, 3 to 11 simulated
+/// seconds (churn replaces a quarter of the fleet every 10 s, so only the longer runs see it), a
+/// store 0.1 to 5 ms away with up to 3 ms of jitter.
+fn case(demand: std::ops::Range<f64>) -> impl Strategy<Value = Case> {
+    (
+        1usize..=48,
+        demand,
+        arrivals(),
+        1u64..=400,
+        1u64..=2_000,
+        3u64..=11,
+        100u64..=5_000,
+        0u64..=3_000,
+        any::<u64>(),
+    )
+        .prop_map(|(n, d, a, l, b, s, rtt, jitter, seed)| {
+            fleet(n, d, a, l, b, s, rtt, jitter, seed)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn never_over_the_bound(case in case(0.05..6.0)) {
+        let o = run(&case);
+        prop_assert!(o.over <= 0.0, "{:.2} over B + L·t: {o:?}", o.over);
+        prop_assert!(o.admitted <= o.requests);
+    }
+
+    #[test]
+    #[ignore = "issue 42's target, not met by token leases yet (see the file's doc)"]
+    fn no_false_denial_well_under_the_limit_while_the_burst_covers_the_fleet(
+        case in case(0.05..0.8)
+    ) {
+        prop_assume!(case.burst >= case.sidecars as u64);
+        let o = run(&case);
+        prop_assert_eq!(o.false_denials, 0, "{:?}", o);
+    }
+}
+
+/// The fleets the property above found, each a cause of false denials now fixed: a refill
+/// ahead that found the store empty read as starvation (the sidecar then denied for a lease
+/// horizon without asking); every sidecar asking at once for a lease of 7 from a burst of 128;
+/// a first demand sample of one request a round trip after the key's first lease, read as
+/// thousands a second.
+#[test]
+fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
+    for case in [
+        fleet(7, 0.468, Arrivals::Step, 150, 21, 3, 100, 0, 0),
+        fleet(32, 0.303, Arrivals::Step, 124, 128, 3, 100, 0, 0),
+        fleet(
+            40,
+            0.675,
+            Arrivals::Poisson,
+            24,
+            181,
+            9,
+            100,
+            0,
+            12_181_621_002_501_283_944,
+        ),
+    ] {
+        let o = run(&case);
+        assert_eq!(o.exact_admitted, o.requests, "{o:?}");
+        assert_eq!(o.false_denials, 0, "{o:?}");
+    }
+}
