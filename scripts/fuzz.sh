@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes every cargo-fuzz target in fuzz/ for SECONDS each (default 20), starting from the
 # committed corpus (copied, so the run does not change it). Fails on any crash, with the input
-# saved under fuzz/artifacts/<target>/. Used by scripts/test.sh (bounded) and
-# loadtest/fuzz-long.sh (long runs). TARGETS="a b" fuzzes only those targets. Installs cargo-fuzz
-# if it is missing.
+# saved under fuzz/artifacts/<target>/ (fix it, then add the input to fuzz/corpus/<target>/:
+# `cargo test` replays the corpus, crates/fuzzcases). Run by hand and by loadtest/fuzz-long.sh
+# (long runs); CI replays the corpus instead. TARGETS="a b" fuzzes only those targets. Installs
+# cargo-fuzz if it is missing.
 #
 # cargo-fuzz wants a nightly compiler for its sanitizer flags. With `-s none` (no sanitizer:
 # Rust code is memory safe, and what we look for are panics, overflows and hangs) the only
