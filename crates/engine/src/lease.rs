@@ -249,21 +249,23 @@ impl Leaser {
             return self.lease_by_demand(charge, turn, now).await;
         }
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
+        let share = self.fleet_share(bucket.rate.burst, missing);
         // What the lease keeps if the store shows the key is not far from its limit after all,
         // and all it may take from below half the burst: this instance's share of it while it
         // admits everything ([`fleet_share`](Self::fleet_share)). Once it has been denying, the
         // key is starved and the bottom half is what the key's queue of turns shares out: the
         // whole lease, as before, so a grant short of it still means a turn.
-        let mut keep = if denying {
-            want
-        } else {
-            want.min(self.fleet_share(bucket.rate.burst, missing))
-        };
-        // Not for a concurrency limit: slots taken ahead of demand would sit free here while
-        // another sidecar's request is refused.
+        let mut keep = if denying { want } else { want.min(share) };
+        // A cold lease: a key far from its limit gets the share even without measured demand,
+        // so its next requests on this instance are decided without a store call (it is kept
+        // for `cold_lease_ttl`, then what is left goes back). Its extra beyond `keep` comes only
+        // from above half the burst ([`lease`](Self::lease)), since the count of live instances
+        // can be low (a fleet starting together counts itself as it registers). Not for a
+        // concurrency limit: slots taken ahead of demand would sit free here while another
+        // sidecar's request is refused.
         let concurrency = bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency;
         if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() && !concurrency {
-            want = want.max(self.cold_lease_size(bucket.rate.burst, missing));
+            want = want.max(share);
         }
         if bucket.rate.algorithm.is_window() {
             // A window's lease lapses when the window ends: ask for no more than this
@@ -300,12 +302,16 @@ impl Leaser {
     }
 
     /// This instance's share of half the burst among the live instances, at least `missing`:
-    /// what a lease may take from below half the burst ([`LeaseAsk::least`]). Every instance's
-    /// leases then hold at most half the burst's bottom half, so when the whole fleet asks at
-    /// once (requests in step) each instance gets its request's token while the burst covers
-    /// the fleet. Without it, 32 sidecars at 30% of a limit of 124 with a burst of 128, each
-    /// asking for a lease of 7 in the same millisecond, left 14 with nothing: 18 false denials
-    /// of 128 (the fleet simulator's property test, `crates/fleetsim/tests/properties.rs`).
+    /// what a lease may take from below half the burst ([`LeaseAsk::least`]), and a cold
+    /// lease's size. Every instance's leases then hold at most half the burst's bottom half, so
+    /// when the whole fleet asks at once (requests in step) each instance gets its request's
+    /// token while the burst covers the fleet. Without it, 32 sidecars at 30% of a limit of 124
+    /// with a burst of 128, each asking for a lease of 7 in the same millisecond, left 14 with
+    /// nothing: 18 false denials of 128 (the fleet simulator's property test,
+    /// `crates/fleetsim/tests/properties.rs`). A cold lease used to be at least
+    /// `max_lease_fraction` of the burst too: at 1 000 sidecars on a burst of 100 a few cold
+    /// leases of 5 held the top half of the burst for 30 s, and the simulator saw 12% of
+    /// requests at 80% of the limit denied (0 with the share alone).
     fn fleet_share(&self, burst: u64, missing: u64) -> u64 {
         let share = burst / self.store.live_instances().saturating_mul(2).max(1);
         share.max(missing)
@@ -314,20 +320,6 @@ impl Leaser {
     /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.
     fn lease_cap(&self, burst: u64, missing: u64) -> u64 {
         ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing)
-    }
-
-    /// A cold lease: what a key far from its limit gets even without measured demand, so its
-    /// next requests on this instance are decided without a store call (it is kept for
-    /// `cold_lease_ttl`, then what is left goes back): this instance's share of half the burst
-    /// among the live instances (at least `missing`), so all instances' cold leases of a key
-    /// hold at most half its burst. It used to be at least `max_lease_fraction` of the burst
-    /// too: at 1 000 sidecars on a burst of 100 a few cold leases of 5 held the top half of the
-    /// burst for 30 s, and the fleet simulator (`crates/fleetsim`) saw 12% of requests at 80%
-    /// of the limit denied (0 with the share alone). The count of live instances can be low (a
-    /// fleet starting together counts itself as it registers), so the extra is taken only from
-    /// above half the burst ([`lease`](Self::lease)).
-    fn cold_lease_size(&self, burst: u64, missing: u64) -> u64 {
-        self.fleet_share(burst, missing)
     }
 
     /// Leases `ask.want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill
