@@ -10,9 +10,9 @@ image=${SLUICE_IMAGE:-sluice:local}
 # From the release binary README's walkthroughs built (scripts/test.sh runs them first): the
 # Dockerfile's builder stage checks the sources in the container and takes that binary instead
 # of compiling them a third time (8 minutes of a 2-core CI). Users' builds compile from source.
+[ -z "${CARGO_TARGET_DIR:-}" ] || { echo "test-deploy: CARGO_TARGET_DIR must be unset (the image takes target/release/sluice)" >&2; exit 1; }
 cargo build --release -q --locked -p sluice
 echo "== image: docker build -f deploy/Dockerfile --build-arg SLUICE_PREBUILT=target/release/sluice -t $image ."
-[ -z "${CARGO_TARGET_DIR:-}" ] || { echo "test-deploy: CARGO_TARGET_DIR must be unset (the image takes target/release/sluice)" >&2; exit 1; }
 docker build -q -f deploy/Dockerfile --build-arg SLUICE_PREBUILT=target/release/sluice -t "$image" . >/dev/null
 want="sluice $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 got=$(docker run --rm "$image" --version)

@@ -128,7 +128,9 @@ pub fn parse(text: &str) -> anyhow::Result<File> {
     for g in &file.scenarios {
         let bad = |what: &str| anyhow::anyhow!("scenario {}: {what}", g.name);
         if g.sidecars.is_empty() || g.sidecars.iter().any(|&n| n == 0 || n > MAX_SIDECARS) {
-            return Err(bad("sidecars: a list of counts in 1..=10000"));
+            return Err(bad(&format!(
+                "sidecars: a list of counts in 1..={MAX_SIDECARS}"
+            )));
         }
         if g.demand.is_empty()
             || g.demand
@@ -160,9 +162,9 @@ pub fn parse(text: &str) -> anyhow::Result<File> {
         // The arrivals are drawn up front (16 bytes each): bound a run's requests.
         let most_demand = g.demand.iter().copied().fold(0.0, f64::max);
         if most_demand * g.limit as f64 * g.seconds as f64 > MAX_REQUESTS as f64 {
-            return Err(bad(
-                "demand × limit × seconds: at most 20000000 requests a run",
-            ));
+            return Err(bad(&format!(
+                "demand × limit × seconds: at most {MAX_REQUESTS} requests a run"
+            )));
         }
     }
     Ok(file)
