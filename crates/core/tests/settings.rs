@@ -96,6 +96,25 @@ fn redis_errors_name_their_line() {
         3,
         "must be above zero",
     );
+    // A key prefix: a `{` would make Redis Cluster hash the prefix instead of each bucket's tag.
+    for (prefix, why) in [
+        ("'fleet{a}:'", "no `{` or `}`"),
+        ("''", "empty"),
+        ("'a b'", "' ' is not visible ASCII"),
+        (&format!("'{}'", "p".repeat(65)), "65 bytes, at most 64"),
+    ] {
+        located(
+            &format!("redis:\n  url: redis://a:1\n  key_prefix: {prefix}\n"),
+            2,
+            &format!("key_prefix: {why}"),
+        );
+    }
+    let config =
+        parse_config("redis:\n  url: redis://a:1\n  key_prefix: 'fleet-a:'\n").expect("valid");
+    assert_eq!(
+        config.redis.and_then(|r| r.key_prefix).as_deref(),
+        Some("fleet-a:")
+    );
     // A call waits for its batch within the timeout: a wait as long as the timeout is refused.
     located(
         "redis:\n  url: redis://a:1\n  timeout: 20ms\n  batch_linger: 20ms\n",

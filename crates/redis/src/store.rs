@@ -19,6 +19,7 @@ mod global;
 mod metrics;
 mod top;
 
+use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -41,6 +42,15 @@ pub use metrics::RedisMetrics;
 /// deadline; the set before it (`sluice:{instances}`, scored by last heartbeat) is another key,
 /// so a rolling upgrade's two versions each count their own kind instead of trimming the other's.
 const INSTANCES_KEY: &str = "sluice:{instances}:until";
+
+/// `key` as this fleet writes it: after `redis.key_prefix`, if one is set (checked when the
+/// config loads: no `{` or `}`, so a bucket's hash tag still picks its cluster slot).
+fn prefixed<'k>(settings: &RedisSettings, key: &'k str) -> Cow<'k, str> {
+    match &settings.key_prefix {
+        Some(prefix) => Cow::Owned(format!("{prefix}{key}")),
+        None => Cow::Borrowed(key),
+    }
+}
 
 /// Heartbeats a second a whole fleet sends: past `heartbeat_interval × this` instances, each
 /// beats every `live / this` seconds instead (told by `heartbeat.lua`), so a fleet of 1 000
@@ -172,6 +182,13 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// `key` as stored: after `redis.key_prefix`, if one is set. Every key this store sends
+    /// goes through it (the engine's store keys, the live-instance set, `quota top`'s sets),
+    /// and the reset channel's name too.
+    pub(crate) fn at<'k>(&self, key: &'k str) -> Cow<'k, str> {
+        prefixed(&self.settings, key)
+    }
+
     /// Runs `task` on the store's tracker until [`shutdown`](Self::shutdown).
     fn spawn_until_stopped(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let stop = self.stop.clone();
@@ -208,7 +225,7 @@ impl RedisStore {
     async fn heartbeat(&self, leave: bool) -> Result<(u64, Duration), StoreError> {
         let interval_ms = self.settings.heartbeat_interval.0.as_millis().max(1) as u64;
         let mut inv = HEARTBEAT.prepare_invoke();
-        inv.key(INSTANCES_KEY)
+        inv.key(&*self.at(INSTANCES_KEY))
             .arg(&self.instance_id)
             .arg(interval_ms)
             .arg(if leave { "leave" } else { "" })

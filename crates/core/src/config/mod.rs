@@ -37,3 +37,4 @@ pub use crate::schema::{
 pub use fs::FsReader;
 pub use load::{Config, load_config, load_from, parse_config};
 pub use reader::{ConfigReader, MemReader};
+pub use redis::{MAX_KEY_PREFIX, check_key_prefix};

@@ -43,10 +43,38 @@ pub(super) fn validate_redis(
             redis.timeout
         ));
     }
+    if let Some(prefix) = &redis.key_prefix
+        && let Err(why) = check_key_prefix(prefix)
+    {
+        return bad(format!("key_prefix: {why}"));
+    }
     if let Some(var) = &redis.password_env
         && source.env(var).is_none()
     {
         return bad(format!("password_env names {var}, which is not set"));
+    }
+    Ok(())
+}
+
+/// The most bytes `redis.key_prefix` may have: it goes into every key and every call.
+pub const MAX_KEY_PREFIX: usize = 64;
+
+/// Why `prefix` cannot be put before sluice's Redis keys, if it cannot: empty, longer than
+/// [`MAX_KEY_PREFIX`], a byte that is not visible ASCII (a space or a control byte would be
+/// hard to see in `redis-cli` and in an ACL), or a `{` or `}`, which would make Redis Cluster
+/// hash the prefix instead of the bucket's own tag and put every key of the fleet in one slot.
+pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Err("empty (leave it out for no prefix)".into());
+    }
+    if prefix.len() > MAX_KEY_PREFIX {
+        return Err(format!("{} bytes, at most {MAX_KEY_PREFIX}", prefix.len()));
+    }
+    if let Some(c) = prefix.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!("{c:?} is not visible ASCII"));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err("no `{` or `}`: Redis Cluster would hash the prefix, not the bucket".into());
     }
     Ok(())
 }

@@ -59,6 +59,14 @@ pub struct RedisSettings {
     /// `+subscribe`) keep the `lease_ttl` bound.
     #[serde(default = "default_push_resets")]
     pub push_resets: bool,
+    /// Put before every key sluice writes to Redis (buckets, RLQS demands, the live-instance
+    /// set, `quota top`'s counts) and before the reset channel's name, so fleets with different
+    /// prefixes share one Redis (and can each have an ACL of their own, `~prefix*`) without
+    /// counting each other's buckets or instances. envoyproxy/ratelimit's `CACHE_KEY_PREFIX`.
+    /// At most 64 bytes of visible ASCII, without `{` or `}` (a Redis Cluster hash tag must stay
+    /// the bucket's own). Unset: the keys as without it.
+    #[serde(default)]
+    pub key_prefix: Option<String>,
 }
 
 fn default_push_resets() -> bool {

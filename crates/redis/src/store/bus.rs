@@ -77,7 +77,7 @@ impl RedisStore {
         let sent = match self.conn.load_full() {
             Some(conn) => tokio::time::timeout(
                 self.settings.connect_timeout.0,
-                conn.publish(CHANNEL, &message(&self.instance_id, local)),
+                conn.publish(&*self.at(CHANNEL), &message(&self.instance_id, local)),
             )
             .await
             .map_err(|_| "timed out".to_string())
@@ -114,6 +114,7 @@ pub(super) async fn listen(
     out: broadcast::Sender<PushedReset>,
     metrics: super::RedisMetrics,
 ) {
+    let channel = super::prefixed(&settings, CHANNEL).into_owned();
     let mut attempt = 0usize;
     let (mut ever, mut said_down) = (false, false);
     // A connection lost again and again (a flapping Redis, a proxy cutting it) repeats these.
@@ -122,7 +123,7 @@ pub(super) async fn listen(
     loop {
         let subscribed = async {
             let mut pubsub = connection::subscriber(&settings, attempt).await?;
-            let ack = tokio::time::timeout(settings.connect_timeout.0, pubsub.subscribe(CHANNEL));
+            let ack = tokio::time::timeout(settings.connect_timeout.0, pubsub.subscribe(&*channel));
             match ack.await {
                 Ok(answer) => answer.map(|()| pubsub),
                 Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),

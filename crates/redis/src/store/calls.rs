@@ -37,7 +37,7 @@ impl RedisStore {
     ) -> Result<LeaseGrant, StoreError> {
         self.call(&scripts::bucket_call(
             &LEASE,
-            key,
+            &self.at(key),
             &rate,
             now,
             &lease_args(&ask, self.holder),
@@ -57,7 +57,7 @@ impl RedisStore {
     ) -> Result<LeaseGrant, StoreError> {
         self.grant(&scripts::bucket_call(
             &CHARGE,
-            key,
+            &self.at(key),
             &rate,
             now,
             &[tokens, max_debt],
@@ -80,8 +80,13 @@ impl RedisStore {
         window: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv =
-            scripts::bucket_call(&RELEASE, key, &rate, now, &[tokens, window, self.holder, 0]);
+        let inv = scripts::bucket_call(
+            &RELEASE,
+            &self.at(key),
+            &rate,
+            now,
+            &[tokens, window, self.holder, 0],
+        );
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -94,7 +99,7 @@ impl RedisStore {
         window: u64,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&CLOSE, key, &rate, now, &[window]);
+        let inv = scripts::bucket_call(&CLOSE, &self.at(key), &rate, now, &[window]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -106,7 +111,7 @@ impl RedisStore {
         rate: Rate,
         now: Option<u64>,
     ) -> Result<f64, StoreError> {
-        let inv = scripts::bucket_call(&PEEK, key, &rate, now, &[]);
+        let inv = scripts::bucket_call(&PEEK, &self.at(key), &rate, now, &[]);
         let milli: i64 = self.call(&inv).await?;
         Ok(milli as f64 / 1000.0)
     }
@@ -148,24 +153,22 @@ impl RedisStore {
         if !self.breaker.is_closed() {
             return Err(StoreError::Unavailable("circuit open".into()));
         }
-        let cmd = scripts::bucket_cmd(script, key, rate, args);
-        let alone = || scripts::bucket_call(script, key, rate, None, args);
-        let answer = match tokio::time::timeout(
-            self.settings.timeout.0,
-            self.batcher.call(cmd, key),
-        )
-        .await
-        {
-            Err(_) => Err(StoreError::Timeout),
-            Ok(Err(NotBatched::Busy)) => return self.call(&alone()).await,
-            Ok(Ok(Ok(redis::Value::ServerError(e)))) if retry_alone(e.code()) => {
-                return self.call(&alone()).await;
-            }
-            // Any other error of this call alone (CLUSTERDOWN, LOADING, …) keeps its code, so it
-            // is classified as the same error outside a batch would be.
-            Ok(Ok(Ok(redis::Value::ServerError(e)))) => Ok(Err(RedisError::from(e))),
-            Ok(Ok(answer)) => Ok(answer.and_then(|v| Ok(redis::from_redis_value(v)?))),
-        };
+        let key = self.at(key);
+        let cmd = scripts::bucket_cmd(script, &key, rate, args);
+        let alone = || scripts::bucket_call(script, &key, rate, None, args);
+        let answer =
+            match tokio::time::timeout(self.settings.timeout.0, self.batcher.call(cmd, &key)).await
+            {
+                Err(_) => Err(StoreError::Timeout),
+                Ok(Err(NotBatched::Busy)) => return self.call(&alone()).await,
+                Ok(Ok(Ok(redis::Value::ServerError(e)))) if retry_alone(e.code()) => {
+                    return self.call(&alone()).await;
+                }
+                // Any other error of this call alone (CLUSTERDOWN, LOADING, …) keeps its code, so it
+                // is classified as the same error outside a batch would be.
+                Ok(Ok(Ok(redis::Value::ServerError(e)))) => Ok(Err(RedisError::from(e))),
+                Ok(Ok(answer)) => Ok(answer.and_then(|v| Ok(redis::from_redis_value(v)?))),
+            };
         self.settle(answer)
     }
 

@@ -78,7 +78,9 @@ impl GlobalStore for RedisStore {
             let Some(conn) = self.conn.load_full() else {
                 return Err(StoreError::Unavailable("not connected".into()));
             };
-            match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(key)).await {
+            match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(&*self.at(key)))
+                .await
+            {
                 Ok(r) => r.map_err(|e| classify(&e))?,
                 Err(_) => return Err(StoreError::Timeout),
             }
@@ -110,7 +112,7 @@ impl GlobalStore for RedisStore {
     ) -> StoreFuture<'a, Vec<u64>> {
         Box::pin(async move {
             let mut inv = DEMAND.prepare_invoke();
-            inv.key(demand_key(key))
+            inv.key(&*self.at(&demand_key(key)))
                 .arg(format!("{}/{client}", self.instance_id))
                 .arg(milli_rps)
                 .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));

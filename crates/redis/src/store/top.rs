@@ -33,7 +33,9 @@ impl RedisStore {
         let keep_secs = (WINDOW_SLOTS + 1) * SLOT_SECS;
         for chunk in counts.chunks(PAIRS_PER_CALL) {
             let mut inv = TOP_ADD.prepare_invoke();
-            inv.key(slot_key(slot)).arg(keep_secs).arg(KEEP_PER_SLOT);
+            inv.key(&*self.at(&slot_key(slot)))
+                .arg(keep_secs)
+                .arg(KEEP_PER_SLOT);
             for (member, hits) in chunk {
                 inv.arg(member).arg(*hits);
             }
@@ -50,7 +52,7 @@ impl RedisStore {
     ) -> Result<Vec<(String, u64)>, StoreError> {
         let mut inv = TOP_READ.prepare_invoke();
         for slot in from..=to {
-            inv.key(slot_key(slot));
+            inv.key(&*self.at(&slot_key(slot)));
         }
         let flat: Vec<String> = self.side_call(&inv).await?;
         Ok(flat

@@ -51,6 +51,7 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
         batch_min_wait: None,
         batch_max: 64,
         push_resets: true,
+        key_prefix: None,
     }
 }
 
