@@ -20,6 +20,12 @@ got=$(docker run --rm "$image" --version)
 user=$(docker image inspect -f '{{.Config.User}}' "$image")
 [ "$user" = 65532:65532 ] || { echo "image: runs as '$user', want 65532:65532 (non-root)" >&2; exit 1; }
 docker run --rm --read-only "$image" config check /etc/sluice/sluice.yaml
+# As envoyproxy/ratelimit: /bin/ratelimit, no arguments, the reference's environment (here a
+# config directory that does not exist: exit 64, naming it).
+status=0
+said=$(docker run --rm --read-only --entrypoint /bin/ratelimit -e RUNTIME_ROOT=/none "$image" 2>&1) || status=$?
+[ "$status" = 64 ] && grep -q "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY" <<<"$said" \
+  || { echo "image: /bin/ratelimit exited $status: $said" >&2; exit 1; }
 echo "image: $got, user $user, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
 
 echo "== compose demo (deploy/demo.sh)"

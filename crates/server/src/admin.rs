@@ -68,6 +68,11 @@ pub async fn handle(
     match req.uri().path() {
         "/metrics" => metrics(state),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        // envoyproxy/ratelimit's health check, as Envoy Gateway's probes ask it: `OK` (no
+        // newline) while serving, 500 with no body once draining. Like /readyz, a Redis that is
+        // down still answers OK: the fallbacks keep deciding.
+        "/healthcheck" if state.is_draining() => text(StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        "/healthcheck" => text(StatusCode::OK, "OK".into()),
         "/config" | "/quota" | "/quota/top" if let Err(why) = may_read(state, req, peer) => {
             let mut r = text(StatusCode::UNAUTHORIZED, format!("{why}\n"));
             r.headers_mut().insert(
@@ -97,7 +102,7 @@ pub async fn handle(
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz, /readyz, /config or /quota?domain=D&key=value\n"
+            "not found: try /metrics, /healthz, /readyz, /healthcheck, /config or /quota?domain=D&key=value\n"
                 .into(),
         ),
     }

@@ -247,18 +247,23 @@ pub enum ConfigCommand {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A sluice config file, an envoyproxy/ratelimit domain file, or a directory of them.
+    /// Without it, sluice reads envoyproxy/ratelimit's environment variables (RUNTIME_ROOT,
+    /// REDIS_URL, GRPC_PORT, …) as the reference does: docs/migrating.md.
     #[arg(long, env = "SLUICE_CONFIG")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// gRPC address (RLS, ext_authz, RLQS, usage reports, the Quota API, health, reflection).
-    /// Loopback by default: Envoy beside sluice reaches it there, and nothing else can spend
-    /// quota; a pod or container that must answer on its own address (kubelet's gRPC probes,
-    /// Envoy in another container) says `0.0.0.0:8081`.
-    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
-    pub grpc_addr: SocketAddr,
-    /// Admin HTTP address (/metrics, /healthz, /readyz for Prometheus and kubelet; /config and
-    /// /quota, which show descriptor values, answer beyond loopback only with a read token).
-    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
-    pub admin_addr: SocketAddr,
+    /// Loopback by default (127.0.0.1:8081): Envoy beside sluice reaches it there, and nothing
+    /// else can spend quota; a pod or container that must answer on its own address (kubelet's
+    /// gRPC probes, Envoy in another container) says `0.0.0.0:8081`. Without --config:
+    /// GRPC_HOST:GRPC_PORT (0.0.0.0:8081).
+    #[arg(long, env = "SLUICE_GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// Admin HTTP address (/metrics, /healthz, /readyz for Prometheus and kubelet, and
+    /// envoyproxy/ratelimit's /healthcheck; /config and /quota, which show descriptor values,
+    /// answer beyond loopback only with a read token). Default 0.0.0.0:8080; without --config:
+    /// HOST:PORT (0.0.0.0:8080).
+    #[arg(long, env = "SLUICE_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
     /// The HTTP check for proxies that are not Envoy (nginx `auth_request`, Caddy
     /// `forward_auth`, Traefik `ForwardAuth`): decided as ext_authz from the `authz:` section,
     /// the request read from the headers the config's `check:` section names (required with

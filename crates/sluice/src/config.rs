@@ -1,11 +1,14 @@
 //! Loading the configuration as `serve` and `config check` both do: the core's loader, then the
 //! checks only the binary's dependencies can make (the Redis client's own URL parser), and what
-//! only `serve`'s flags can require (`check:` for the HTTP check port).
+//! only `serve`'s flags can require (`check:` for the HTTP check port); and the config that
+//! envoyproxy/ratelimit's environment stands for, without `--config`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sluice_core::ConfigError;
-use sluice_core::config::Config;
+use sluice_core::config::{Config, ConfigReader, FsReader};
+
+use crate::reference_env::{ENV_FILE, FromEnv};
 
 /// Loads and validates `path` completely: whatever passes here starts serving.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -30,4 +33,67 @@ pub fn load_for_check(path: &Path) -> Result<Config, ConfigError> {
         ));
     }
     Ok(config)
+}
+
+/// Loads the configuration envoyproxy/ratelimit's environment stands for
+/// ([`crate::reference_env`]): its config file, held in memory in the config directory, read by
+/// the same loader as any file, so every check is the file path's.
+pub fn load_env(from: &FromEnv) -> Result<Config, ConfigError> {
+    if !from.dir.is_dir() {
+        return Err(ConfigError::at(
+            &from.dir,
+            0,
+            "no such directory: the config files' directory is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (or give --config)",
+        ));
+    }
+    let path = from.dir.join(ENV_FILE);
+    let reader = Overlay {
+        path: path.clone(),
+        text: from.yaml.clone(),
+    };
+    let config = sluice_core::config::load_from(&reader, &path)?;
+    if let Some(redis) = &config.redis {
+        sluice_redis::check_settings(redis).map_err(|m| config.redis_error(m))?;
+    }
+    Ok(config)
+}
+
+/// [`load_env`] for a reload: the environment read again (it is the process's, so the same),
+/// and the directory's files as they are now. `_path` is the directory reloads watch.
+pub fn reload_env(_path: &Path) -> Result<Config, ConfigError> {
+    let from = crate::reference_env::read(&|name| std::env::var(name).ok())
+        .map_err(|e| ConfigError::at(ENV_FILE, 0, e.to_string()))?;
+    load_env(&from)
+}
+
+/// The real file system, with one more file held in memory: the config file the environment
+/// stands for.
+struct Overlay {
+    path: PathBuf,
+    text: String,
+}
+
+impl ConfigReader for Overlay {
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        if path == self.path {
+            return Ok(self.text.clone().into_bytes());
+        }
+        FsReader.read(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path != self.path && FsReader.is_dir(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<PathBuf>> {
+        FsReader.list_dir(path)
+    }
+
+    fn glob(&self, pattern: &str) -> Result<Vec<PathBuf>, String> {
+        FsReader.glob(pattern)
+    }
+
+    fn env(&self, name: &str) -> Option<String> {
+        FsReader.env(name)
+    }
 }

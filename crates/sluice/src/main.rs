@@ -8,6 +8,8 @@
 //!   share sits below them: `connect` (channel, read token, entries, status errors) and `output`
 //!   (lines, tables, periods).
 //! - `config`: loading and checking the config, the same for `serve` and `config check`.
+//! - `reference_env`: envoyproxy/ratelimit's environment variables as a config (`serve`
+//!   without `--config`, and the image's `/bin/ratelimit`).
 //! - this file: parsing, logging, dispatch and exit codes.
 
 mod check;
@@ -17,6 +19,7 @@ mod connect;
 mod hold;
 mod output;
 mod quota;
+mod reference_env;
 mod report;
 mod rules;
 mod run;
@@ -39,21 +42,32 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(&cli.log_format);
+    let cli = Cli::parse_from(arguments());
+    // Without --config, envoyproxy/ratelimit's environment, which also says how to log.
+    let from_env = match &cli.command {
+        Command::Serve(args) if args.config.is_none() => {
+            match reference_env::read(&|name| std::env::var(name).ok()) {
+                Ok(from) => Some(from),
+                Err(e) => {
+                    eprintln_plain(&e.to_string());
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            }
+        }
+        _ => None,
+    };
+    let json = matches!(cli.log_format, cli::LogFormat::Json)
+        || from_env.as_ref().is_some_and(|f| f.json_logs);
+    init_logging(json, from_env.as_ref().and_then(|f| f.log_filter));
     match cli.command {
-        Command::Serve(args) => match run::serve(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(run::RunError::Config(e)) => {
-                tracing::error!("invalid configuration: {e}");
-                eprintln_plain(&e.to_string());
-                ExitCode::from(EXIT_CONFIG)
-            }
-            Err(run::RunError::Other(e)) => {
-                tracing::error!("{e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Serve(args) => {
+            let source = match (args.config.clone(), from_env) {
+                (Some(path), _) => run::Source::File(path),
+                (None, Some(from)) => run::Source::Environment(from),
+                (None, None) => unreachable!("the environment is read without --config"),
+            };
+            serve(args, source)
+        }
         Command::Quota { command } => client_command(quota::quota(command)),
         Command::Rules(target) => client_command(rules::rules(target)),
         Command::Check {
@@ -90,6 +104,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// `sluice serve`, and its exit code.
+fn serve(args: cli::ServeArgs, source: run::Source) -> ExitCode {
+    match run::serve(args, source) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(run::RunError::Config(e)) => {
+            tracing::error!("invalid configuration: {e}");
+            eprintln_plain(&e.to_string());
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(run::RunError::Other(e)) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The command line, with `ratelimit` (the image's `/bin/ratelimit`, where Envoy Gateway and
+/// envoyproxy/ratelimit's own manifests start the reference, with no arguments) read as
+/// `sluice serve`: without `--config`, serve reads the reference's environment.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked_as = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_os_string());
+    if invoked_as.is_some_and(|n| n == "ratelimit") {
+        args.splice(0..1, ["sluice".into(), "serve".into()]);
+    }
+    args
+}
+
 /// Runs a client command on a small runtime; errors print as one line and exit 1.
 fn client_command(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -112,18 +157,19 @@ fn client_command(f: impl std::future::Future<Output = anyhow::Result<()>>) -> E
 }
 
 /// Logs to stderr: `text` for people, `json` for log pipelines; the level comes from `SLUICE_LOG`
-/// (or `RUST_LOG`), default `info`.
-fn init_logging(format: &cli::LogFormat) {
+/// (or `RUST_LOG`), else `level` (envoyproxy/ratelimit's `LOG_LEVEL`), default `info`.
+fn init_logging(json: bool, level: Option<&str>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    match format {
-        cli::LogFormat::Text => builder.init(),
-        cli::LogFormat::Json => builder.json().init(),
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
     }
 }
 

@@ -1,5 +1,6 @@
 //! `sluice serve`: configuration first, then ports, then serving until a signal.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -12,6 +13,7 @@ use sluice_server::reload::{ReloadMetrics, ReloadOptions};
 use sluice_server::{AppState, Runtime, ServeOptions};
 
 use crate::cli::ServeArgs;
+use crate::reference_env::FromEnv;
 
 /// Why `serve` stopped with an error.
 #[derive(Debug)]
@@ -28,14 +30,48 @@ impl From<anyhow::Error> for RunError {
     }
 }
 
+/// Where the configuration comes from.
+pub enum Source {
+    /// `--config`: a file or directory.
+    File(PathBuf),
+    /// No `--config`: envoyproxy/ratelimit's environment ([`crate::reference_env`]).
+    Environment(FromEnv),
+}
+
 /// Loads and validates the config before any port is bound, then serves until SIGTERM/SIGINT.
-pub fn serve(args: ServeArgs) -> Result<(), RunError> {
-    let load: fn(&std::path::Path) -> Result<sluice_core::config::Config, ConfigError> =
-        match args.check_addr {
-            Some(_) => crate::config::load_for_check,
-            None => crate::config::load,
-        };
-    let config = load(&args.config).map_err(RunError::Config)?;
+pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
+    type Load = fn(&Path) -> Result<sluice_core::config::Config, ConfigError>;
+    let (config, watched, load, grpc_addr, admin_addr): (_, PathBuf, Load, _, _) = match source {
+        Source::File(path) => {
+            let load: Load = match args.check_addr {
+                Some(_) => crate::config::load_for_check,
+                None => crate::config::load,
+            };
+            let config = load(&path).map_err(RunError::Config)?;
+            let grpc = args.grpc_addr.unwrap_or(([127, 0, 0, 1], 8081).into());
+            let admin = args.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into());
+            (config, path, load, grpc, admin)
+        }
+        Source::Environment(from) => {
+            if args.check_addr.is_some() {
+                return Err(RunError::Other(anyhow::anyhow!(
+                    "--check-addr needs --config: the HTTP check reads a `check:` section, which envoyproxy/ratelimit's environment has no variable for"
+                )));
+            }
+            for (variable, instead) in &from.notes {
+                tracing::warn!(
+                    variable,
+                    instead,
+                    "an envoyproxy/ratelimit variable sluice does not act on"
+                );
+            }
+            let config = crate::config::load_env(&from).map_err(RunError::Config)?;
+            let grpc = args.grpc_addr.unwrap_or(from.grpc_addr);
+            let admin = args.admin_addr.unwrap_or(from.admin_addr);
+            let load: Load = crate::config::reload_env;
+            (config, from.dir, load, grpc, admin)
+        }
+    };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(n) = args.worker_threads {
@@ -76,7 +112,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             let metrics =
                 ReloadMetrics::register(&registry).context("registering reload metrics")?;
             Some((
-                ReloadOptions::for_config(&args.config, &config, args.reload_interval)
+                ReloadOptions::for_config(&watched, &config, args.reload_interval)
                     .loading_with(load),
                 metrics,
             ))
@@ -95,12 +131,12 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             server_metrics,
             registry,
         ));
-        let grpc = tokio::net::TcpListener::bind(args.grpc_addr)
+        let grpc = tokio::net::TcpListener::bind(grpc_addr)
             .await
-            .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
-        let admin = tokio::net::TcpListener::bind(args.admin_addr)
+            .with_context(|| format!("binding gRPC on {grpc_addr}"))?;
+        let admin = tokio::net::TcpListener::bind(admin_addr)
             .await
-            .with_context(|| format!("binding admin HTTP on {}", args.admin_addr))?;
+            .with_context(|| format!("binding admin HTTP on {admin_addr}"))?;
         let check = match args.check_addr {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
@@ -117,7 +153,7 @@ pub fn serve(args: ServeArgs) -> Result<(), RunError> {
             check = %check_at,
             grpc = %grpc.local_addr().context("gRPC address")?,
             admin = %admin.local_addr().context("admin address")?,
-            config = %args.config.display(),
+            config = %watched.display(),
             version = %config.version,
             rules = rules_count,
             store = store_name,

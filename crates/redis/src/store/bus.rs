@@ -77,7 +77,7 @@ impl RedisStore {
         let sent = match self.conn.load_full() {
             Some(conn) => tokio::time::timeout(
                 self.settings.connect_timeout.0,
-                conn.publish(&*self.at(CHANNEL), &message(&self.instance_id, local)),
+                conn.publish(&self.at(CHANNEL), &message(&self.instance_id, local)),
             )
             .await
             .map_err(|_| "timed out".to_string())

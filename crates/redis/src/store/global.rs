@@ -78,7 +78,7 @@ impl GlobalStore for RedisStore {
             let Some(conn) = self.conn.load_full() else {
                 return Err(StoreError::Unavailable("not connected".into()));
             };
-            match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(&*self.at(key)))
+            match tokio::time::timeout(self.settings.connect_timeout.0, conn.del(&self.at(key)))
                 .await
             {
                 Ok(r) => r.map_err(|e| classify(&e))?,

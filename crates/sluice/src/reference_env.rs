@@ -1,0 +1,368 @@
+//! envoyproxy/ratelimit's environment as a configuration: what `sluice serve` (and the image's
+//! `/bin/ratelimit`) does with no `--config`, so a Deployment written for the reference (Envoy
+//! Gateway's, say) runs sluice by changing its image.
+//!
+//! The environment becomes a sluice config file held in memory (`ENV_FILE` in the config
+//! directory, which it `include:`s), loaded by the same loader as any file, so every check and
+//! every reload is the file path's. Each variable upstream's `src/settings/settings.go` reads is
+//! either honoured here or named at start with what sluice does instead ([`notes`]); a value
+//! that cannot work (memcache, a unix socket, Sentinel, xDS for now) stops the start with the
+//! variable's name, never a silent pass. The reference's variables are read only without
+//! `--config`: a file config and the environment are never mixed. docs/migrating.md has the table.
+
+mod notes;
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+/// The name of the config file the environment stands for, in the config directory: what errors
+/// and `/config` name.
+pub const ENV_FILE: &str = "(envoyproxy-ratelimit-environment).yaml";
+
+/// What the environment says, ready to load.
+#[derive(Debug)]
+pub struct FromEnv {
+    /// The directory of domain files (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`).
+    pub dir: PathBuf,
+    /// The sluice config file standing for the environment (it includes `dir`).
+    pub yaml: String,
+    /// `GRPC_HOST:GRPC_PORT`.
+    pub grpc_addr: SocketAddr,
+    /// `HOST:PORT`: sluice's admin port, which also answers `/healthcheck`.
+    pub admin_addr: SocketAddr,
+    /// `LOG_LEVEL`, as a log filter (`None`: sluice's default).
+    pub log_filter: Option<&'static str>,
+    /// `LOG_FORMAT=json`.
+    pub json_logs: bool,
+    /// `(variable, what sluice does instead)` for each variable set that sluice does not act on.
+    pub notes: Vec<(&'static str, &'static str)>,
+}
+
+/// Why the environment cannot run sluice: the variable, and the reason.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EnvError(pub String);
+
+impl std::fmt::Display for EnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "envoyproxy/ratelimit environment: {}", self.0)
+    }
+}
+
+/// Reads the environment through `var` (a variable set to the empty string counts as unset).
+pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
+    let get = |name: &str| var(name).filter(|v| !v.is_empty());
+    let fail = |name: &str, why: &str| Err(EnvError(format!("{name}: {why}")));
+
+    if let Some(kind) = get("CONFIG_TYPE")
+        && kind != "FILE"
+    {
+        return fail(
+            "CONFIG_TYPE",
+            &format!(
+                "{kind:?}: sluice reads limits from files (FILE) only for now; limits pushed over xDS (GRPC_XDS_SOTW) are not built yet"
+            ),
+        );
+    }
+    if let Some(uds) = get("GRPC_UDS") {
+        return fail(
+            "GRPC_UDS",
+            &format!("{uds:?}: sluice serves gRPC on TCP only (GRPC_HOST, GRPC_PORT)"),
+        );
+    }
+    if get("GRPC_CLIENT_TLS_SAN").is_some() {
+        return fail(
+            "GRPC_CLIENT_TLS_SAN",
+            "sluice cannot require a client certificate's SAN; it accepts any client certificate that chains to GRPC_CLIENT_TLS_CACERT, and would admit more clients than this asks",
+        );
+    }
+    let dir = config_dir(&get);
+    let grpc_addr = address(&get, "GRPC_HOST", "GRPC_PORT", 8081)?;
+    let admin_addr = address(&get, "HOST", "PORT", 8080)?;
+
+    let mut yaml = String::from("# envoyproxy/ratelimit's environment, as sluice reads it\n");
+    let line = |yaml: &mut String, text: String| {
+        yaml.push_str(&text);
+        yaml.push('\n');
+    };
+    line(
+        &mut yaml,
+        format!("include: [{}]", quoted(&glob_safe(&dir)?)),
+    );
+    for (name, field) in [("SHADOW_MODE", "shadow_mode"), ("QUOTA_MODE", "quota_mode")] {
+        if boolean(&get, name)? {
+            line(&mut yaml, format!("{field}: true"));
+        }
+    }
+    if boolean(&get, "RESPONSE_DYNAMIC_METADATA")? {
+        line(&mut yaml, "response: {rls_dynamic_metadata: true}".into());
+    }
+    if boolean(&get, "GRPC_SERVER_USE_TLS")? {
+        let (Some(cert), Some(key)) = (get("GRPC_SERVER_TLS_CERT"), get("GRPC_SERVER_TLS_KEY"))
+        else {
+            return fail(
+                "GRPC_SERVER_USE_TLS",
+                "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+            );
+        };
+        line(&mut yaml, "tls:".into());
+        line(&mut yaml, format!("  cert_file: {}", quoted(&cert)));
+        line(&mut yaml, format!("  key_file: {}", quoted(&key)));
+        if let Some(ca) = get("GRPC_CLIENT_TLS_CACERT") {
+            line(&mut yaml, format!("  client_ca_file: {}", quoted(&ca)));
+        }
+    }
+    let mut notes = Vec::new();
+    match redis(&get)? {
+        Some(redis) => yaml.push_str(&redis),
+        None if get("REDIS_URL").is_none() && get("BACKEND_TYPE").is_none() => notes.push((
+            "REDIS_URL",
+            "not set: limits are kept in sluice's embedded store, per instance",
+        )),
+        None => {}
+    }
+    let log_filter = match get("LOG_LEVEL") {
+        None => None,
+        Some(level) => Some(match level.to_ascii_lowercase().as_str() {
+            "panic" | "fatal" | "error" => "error",
+            "warn" | "warning" => "warn",
+            "info" => "info",
+            "debug" => "debug",
+            "trace" => "trace",
+            _ => {
+                return fail(
+                    "LOG_LEVEL",
+                    &format!("{level:?}: one of error, warn, info, debug, trace"),
+                );
+            }
+        }),
+    };
+    let json_logs = get("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
+    notes.extend(
+        notes::NOT_APPLICABLE
+            .iter()
+            .filter(|(name, _)| get(name).is_some())
+            .copied(),
+    );
+    Ok(FromEnv {
+        dir,
+        yaml,
+        grpc_addr,
+        admin_addr,
+        log_filter,
+        json_logs,
+        notes,
+    })
+}
+
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` with upstream's defaults
+/// (`/srv/runtime_data/current`, none, `config`); an empty part is left out.
+fn config_dir(get: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    let mut dir =
+        PathBuf::from(get("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()));
+    for part in [
+        get("RUNTIME_SUBDIRECTORY"),
+        Some(get("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into())),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        dir.push(part);
+    }
+    dir
+}
+
+/// The directory as an `include:` pattern: refused if it has a glob's special characters, which
+/// would match other directories than the one named.
+fn glob_safe(dir: &Path) -> Result<String, EnvError> {
+    let text = dir.to_string_lossy().into_owned();
+    if text.contains(['*', '?', '[', ']']) {
+        return Err(EnvError(format!(
+            "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY: {text:?} has a glob character (* ? [ ]), which sluice cannot read literally"
+        )));
+    }
+    Ok(text)
+}
+
+/// `host:port` from two variables, with upstream's host `0.0.0.0` and `port` by default.
+fn address(
+    get: &dyn Fn(&str) -> Option<String>,
+    host_var: &str,
+    port_var: &str,
+    port: u16,
+) -> Result<SocketAddr, EnvError> {
+    let host = get(host_var).unwrap_or_else(|| "0.0.0.0".into());
+    let host: IpAddr = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| EnvError(format!("{host_var}: {host:?} is not an IP address")))?;
+    let port = match get(port_var) {
+        None => port,
+        Some(p) => p
+            .parse()
+            .map_err(|_| EnvError(format!("{port_var}: {p:?} is not a port (0 to 65535)")))?,
+    };
+    Ok(SocketAddr::new(host, port))
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads it (unset: false).
+fn boolean(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<bool, EnvError> {
+    match get(name).as_deref() {
+        None => Ok(false),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        Some(other) => Err(EnvError(format!(
+            "{name}: {other:?} is not a boolean (true or false)"
+        ))),
+    }
+}
+
+/// The `redis:` section, or `None` for the embedded store (no `REDIS_URL`).
+fn redis(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, EnvError> {
+    let fail = |name: &str, why: &str| Err(EnvError(format!("{name}: {why}")));
+    match get("BACKEND_TYPE").as_deref() {
+        None | Some("redis") => {}
+        Some(other) => {
+            return fail(
+                "BACKEND_TYPE",
+                &format!("{other:?}: sluice keeps global limits in Redis (redis) only"),
+            );
+        }
+    }
+    let Some(url) = get("REDIS_URL") else {
+        return Ok(None);
+    };
+    for name in ["REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"] {
+        if get(name).is_some() {
+            return fail(
+                name,
+                "sluice sends no client certificate to Redis; a Redis that requires one refuses it",
+            );
+        }
+    }
+    if boolean(get, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")? {
+        return fail(
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            "sluice always verifies Redis's hostname; give REDIS_URL the name its certificate carries",
+        );
+    }
+    let kind = get("REDIS_TYPE").unwrap_or_else(|| "SINGLE".into());
+    let tls = boolean(get, "REDIS_TLS")?;
+    let auth = get("REDIS_AUTH");
+    let mut yaml = String::from("redis:\n");
+    match kind.to_ascii_uppercase().as_str() {
+        "SINGLE" => {
+            let socket = get("REDIS_SOCKET_TYPE").unwrap_or_else(|| "unix".into());
+            // A URL (upstream's client parses a redis:// one whole, whatever the socket type).
+            let is_url = url.contains("://");
+            if socket != "tcp" && !is_url {
+                return fail(
+                    "REDIS_SOCKET_TYPE",
+                    &format!(
+                        "{socket:?}: sluice connects to Redis over TCP only; set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port"
+                    ),
+                );
+            }
+            let url = redis_url(&url, tls, auth.as_deref())?;
+            writeln!(yaml, "  url: {}", quoted(&url)).expect("a String");
+        }
+        "CLUSTER" => {
+            let nodes = url
+                .split(',')
+                .map(|node| redis_url(node.trim(), tls, auth.as_deref()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let nodes: Vec<String> = nodes.iter().map(|n| quoted(n)).collect();
+            writeln!(yaml, "  cluster_nodes: [{}]", nodes.join(", ")).expect("a String");
+        }
+        "SENTINEL" => {
+            return fail(
+                "REDIS_TYPE",
+                "SENTINEL: not built yet; point REDIS_URL at an address that follows the master",
+            );
+        }
+        other => {
+            return fail(
+                "REDIS_TYPE",
+                &format!("{other:?}: one of SINGLE, CLUSTER, SENTINEL"),
+            );
+        }
+    }
+    if let Some(ca) = get("REDIS_TLS_CACERT") {
+        writeln!(yaml, "  tls_ca_file: {}", quoted(&ca)).expect("a String");
+    }
+    if let Some(timeout) = get("REDIS_TIMEOUT") {
+        let d = humantime::parse_duration(&timeout).map_err(|_| {
+            EnvError(format!(
+                "REDIS_TIMEOUT: {timeout:?} is not a duration (10s, 500ms)"
+            ))
+        })?;
+        // Upstream's is a dial timeout only.
+        writeln!(yaml, "  connect_timeout: {}ms", d.as_millis().max(1)).expect("a String");
+    }
+    if let Some(prefix) = get("CACHE_KEY_PREFIX") {
+        sluice_core::config::check_key_prefix(&prefix)
+            .map_err(|why| EnvError(format!("CACHE_KEY_PREFIX: {why}")))?;
+        writeln!(yaml, "  key_prefix: {}", quoted(&prefix)).expect("a String");
+    }
+    Ok(Some(yaml))
+}
+
+/// One Redis address as a URL: `host:port` or a `redis://` URL as upstream takes them, with
+/// `rediss://` for `REDIS_TLS` and `REDIS_AUTH` (`password` or `user:password`, split at the
+/// first `:`) in place of any credentials the URL has, as upstream lets it win.
+fn redis_url(address: &str, tls: bool, auth: Option<&str>) -> Result<String, EnvError> {
+    let (scheme, rest) = match address.split_once("://") {
+        Some(("redis", rest)) => (if tls { "rediss" } else { "redis" }, rest),
+        Some(("rediss", rest)) => ("rediss", rest),
+        Some((other, _)) => {
+            return Err(EnvError(format!(
+                "REDIS_URL: a {other}:// address; give host:port or a redis:// URL"
+            )));
+        }
+        None => (if tls { "rediss" } else { "redis" }, address),
+    };
+    if rest.is_empty() {
+        return Err(EnvError("REDIS_URL: an empty address".into()));
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => (Some(userinfo.to_string()), host),
+        None => (None, authority),
+    };
+    let userinfo = match auth {
+        None => userinfo,
+        Some(auth) => Some(match auth.split_once(':') {
+            Some((user, password)) => format!("{}:{}", encoded(user), encoded(password)),
+            None => format!(":{}", encoded(auth)),
+        }),
+    };
+    Ok(match userinfo {
+        Some(u) => format!("{scheme}://{u}@{host}{path}"),
+        None => format!("{scheme}://{host}{path}"),
+    })
+}
+
+/// `text` percent-encoded for a URL's user information (RFC 3986 unreserved bytes as they are).
+fn encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            write!(out, "%{b:02X}").expect("a String");
+        }
+    }
+    out
+}
+
+/// `text` as a YAML double-quoted scalar (JSON's string syntax, which YAML reads the same).
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).expect("a string serializes")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! sluice started as envoyproxy/ratelimit is (issue 43): the image's `/bin/ratelimit` (here a
+//! symlink named `ratelimit` to the binary), no arguments, configured only by the reference's
+//! environment variables, with its domain files in `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`
+//! and a real Redis. It serves on `GRPC_PORT` and `PORT`, answers `/healthcheck` as the reference
+//! does, enforces the files' limits with its keys under `CACHE_KEY_PREFIX`, names the variables
+//! it does not act on, and refuses to start on one that cannot work.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
+use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
+use sluice_testkit::redis::Standalone;
+
+const LIMITS: &str = "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+
+/// `ratelimit` (a symlink to the binary under test, in `dir`) started with only `env`.
+fn ratelimit(dir: &std::path::Path, env: &[(&str, String)]) -> Command {
+    let link = dir.join("ratelimit");
+    if !link.exists() {
+        std::os::unix::fs::symlink(common::bin(), &link).expect("symlink");
+    }
+    let mut cmd = Command::new(&link);
+    cmd.env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Its log lines until "sluice serving" (JSON, `LOG_FORMAT=json`).
+fn until_serving(child: &mut Child) -> Vec<serde_json::Value> {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Read to the end: a closed pipe would fail the process's next log line.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("not serving in 20 s; logged: {lines:?}"));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        let serving = v["fields"]["message"] == "sluice serving";
+        lines.push(v);
+        if serving {
+            return lines;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
+    let redis = Standalone::start().await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let files = root.path().join("ratelimit/config");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    std::fs::write(files.join("limits.yaml"), LIMITS).expect("write");
+    let (grpc, http) = (common::free_port(), common::free_port());
+    let env = [
+        ("RUNTIME_ROOT", root.path().display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("RUNTIME_IGNOREDOTFILES", "true".into()),
+        ("RUNTIME_WATCH_ROOT", "false".into()),
+        ("USE_STATSD", "true".into()),
+        ("LOG_LEVEL", "info".into()),
+        ("LOG_FORMAT", "json".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", grpc.to_string()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", http.to_string()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port)),
+        ("CACHE_KEY_PREFIX", "fleet-a_".into()),
+    ];
+    let bin = tempfile::tempdir().expect("tempdir");
+    let mut child = ratelimit(bin.path(), &env).spawn().expect("spawn");
+    let lines = until_serving(&mut child);
+    // The variables it does not act on are named, with what it does instead.
+    let named: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["fields"]["variable"].as_str())
+        .collect();
+    assert_eq!(
+        named,
+        ["USE_STATSD", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"]
+    );
+    let serving = &lines[lines.len() - 1]["fields"];
+    assert_eq!(serving["grpc"], format!("127.0.0.1:{grpc}"));
+    assert_eq!(serving["store"], "redis");
+
+    let health = common::http_get(http, "/healthcheck", &[]);
+    assert_eq!((health.status, health.body.as_str()), (200, "OK"));
+
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .expect("connect");
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let answer = client
+            .should_rate_limit(common::rls_request("rl", "user", "alice"))
+            .await
+            .expect("answer");
+        codes.push(answer.into_inner().overall_code);
+    }
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    assert_eq!(codes, [ok, ok, ok, over]);
+
+    // Its buckets are in Redis, under the prefix.
+    let conn = redis::Client::open(redis.url()).expect("client");
+    let mut conn = conn
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("fleet-a_sluice:{") && k.contains("alice")),
+        "{keys:?}"
+    );
+    assert!(keys.iter().all(|k| k.starts_with("fleet-a_")), "{keys:?}");
+
+    // Draining after SIGTERM, /healthcheck says 500 with no body, as the reference does.
+    let pid = child.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    std::thread::sleep(Duration::from_millis(300));
+    let health = common::http_get(http, "/healthcheck", &[]);
+    assert_eq!((health.status, health.body.as_str()), (500, ""));
+    assert!(child.wait().expect("exit").success());
+}
+
+#[test]
+fn a_variable_that_cannot_work_stops_the_start_naming_it() {
+    let root = tempfile::tempdir().expect("tempdir");
+    for (env, says) in [
+        (
+            vec![
+                ("REDIS_TYPE", "SENTINEL".to_string()),
+                ("REDIS_URL", "mymaster,127.0.0.1:26379".into()),
+            ],
+            "REDIS_TYPE: SENTINEL",
+        ),
+        (
+            vec![("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string())],
+            "CONFIG_TYPE: \"GRPC_XDS_SOTW\"",
+        ),
+        (
+            vec![(
+                "RUNTIME_ROOT",
+                root.path().join("none").display().to_string(),
+            )],
+            "no such directory",
+        ),
+    ] {
+        let out = ratelimit(root.path(), &env).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{env:?}: {stderr}");
+        assert!(stderr.contains(says), "{env:?}: {stderr}");
+    }
+}
