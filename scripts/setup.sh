@@ -79,6 +79,30 @@ if [ "$(grpcurl_version)" != "$GRPCURL_VERSION" ]; then
 fi
 echo "setup: grpcurl $(grpcurl_version)"
 
+# The xDS management server sluice's tests push limits from (crates/testkit/xds-server, on
+# go-control-plane v0.14.0 as its go.sum pins it): rebuilt when its sources are newer.
+xds_server=.tools/bin/sluice-xds-test-server
+if [ ! -x "$xds_server" ] || [ -n "$(find crates/testkit/xds-server -newer "$xds_server" -type f)" ]; then
+  need go "apt-get install golang, or https://go.dev/dl"
+  mkdir -p .tools/bin
+  (cd crates/testkit/xds-server && GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o "$OLDPWD/$xds_server" .)
+fi
+# envoyproxy/ratelimit itself, for the tests that run it beside sluice on the same xDS server and
+# Redis (crates/sluice/tests/xds_reference.rs): main of 2026-01-22, the newest the module proxy
+# serves (its tags stop in 2020, before its xDS client).
+RATELIMIT_VERSION=v1.4.1-0.20260122083618-3fb702589d36
+ratelimit_version() { go version -m .tools/bin/ratelimit-reference 2>/dev/null | awk '$1 == "mod" {print $3}'; }
+if [ "$(ratelimit_version)" != "$RATELIMIT_VERSION" ]; then
+  need go "apt-get install golang, or https://go.dev/dl"
+  gobin=$(mktemp -d)
+  GOBIN="$gobin" GOTOOLCHAIN=local go install "github.com/envoyproxy/ratelimit/src/service_cmd@$RATELIMIT_VERSION"
+  mkdir -p .tools/bin
+  mv "$gobin/service_cmd" .tools/bin/ratelimit-reference
+  rmdir "$gobin"
+fi
+echo "setup: envoyproxy/ratelimit $(ratelimit_version)"
+echo "setup: sluice-xds-test-server (go-control-plane $(go version -m "$xds_server" | awk '$2 == "github.com/envoyproxy/go-control-plane" {print $3}'))"
+
 # For the deployment checks (scripts/test-deploy.sh): kustomize renders k8s/, kubernetes-validate
 # checks the result against the Kubernetes schemas (it ships them: no network at check time).
 KUSTOMIZE_VERSION=v5.7.1   # v5.8 needs Go ≥ 1.27

@@ -147,14 +147,8 @@ pub async fn watch(
                         "engine, redis or tls settings changed: they apply after a restart; rules and authz apply now"
                     );
                 }
-                let rules = config.rules.rules().len();
-                let version = config.version.clone();
                 options.files = config.files.clone();
-                state.runtime.store(Arc::new(Runtime::of(&config)));
-                state.engine.swap_rules(config.rules);
-                metrics.rules.set(rules as i64);
-                metrics.reloads.with_label_values(&["ok"]).inc();
-                tracing::info!(version = %version, rules, "configuration reloaded");
+                apply(&state, config, &metrics);
             }
             Err(e) => {
                 let message = e.to_string();
@@ -166,6 +160,18 @@ pub async fn watch(
             }
         }
     }
+}
+
+/// Swaps `config` in, atomically: its rules and the settings that apply live (what every
+/// reload does, whether the config came from files or was pushed over xDS); counted and logged.
+pub fn apply(state: &AppState, config: Config, metrics: &ReloadMetrics) {
+    let rules = config.rules.rules().len();
+    let version = config.version.clone();
+    state.runtime.store(Arc::new(Runtime::of(&config)));
+    state.engine.swap_rules(config.rules);
+    metrics.rules.set(rules as i64);
+    metrics.reloads.with_label_values(&["ok"]).inc();
+    tracing::info!(version = %version, rules, "configuration reloaded");
 }
 
 /// What a read of the config off the async workers came to.

@@ -36,20 +36,37 @@ pub fn load_for_check(path: &Path) -> Result<Config, ConfigError> {
 }
 
 /// Loads the configuration envoyproxy/ratelimit's environment stands for
-/// ([`crate::reference_env`]): its config file, held in memory in the config directory, read by
-/// the same loader as any file, so every check is the file path's.
-pub fn load_env(from: &FromEnv) -> Result<Config, ConfigError> {
-    if !from.dir.is_dir() {
+/// ([`crate::reference_env`]) with limits from files: its config file, held in memory in the
+/// config directory, read by the same loader as any file, so every check is the file path's.
+pub fn load_env(from: &FromEnv, dir: &Path) -> Result<Config, ConfigError> {
+    if !dir.is_dir() {
         return Err(ConfigError::at(
-            &from.dir,
+            dir,
             0,
             "no such directory: the config files' directory is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (or give --config)",
         ));
     }
-    let path = from.dir.join(ENV_FILE);
+    load_text(dir.join(ENV_FILE), from.with_files(dir))
+}
+
+/// The same with limits pushed over xDS (`domains`: [`crate::xds::domains_yaml`]) as the
+/// server's `version`, the file named as if in the working directory (where relative TLS paths
+/// are read from). The config's version (what `sluice rules` and `/readyz` show) names the
+/// server's version after the hash of what it loaded.
+pub fn load_pushed(from: &FromEnv, domains: &str, version: &str) -> Result<Config, ConfigError> {
+    let mut config = load_text(PathBuf::from(XDS_FILE), from.with_domains(domains))?;
+    config.version = format!("{}/xds:{version}", config.version);
+    Ok(config)
+}
+
+/// What errors name the config pushed over xDS.
+pub const XDS_FILE: &str = "(envoyproxy-ratelimit-environment-and-xds).yaml";
+
+/// Loads `text` as the config file at `path` (held in memory; every other file from disk).
+fn load_text(path: PathBuf, text: String) -> Result<Config, ConfigError> {
     let reader = Overlay {
         path: path.clone(),
-        text: from.yaml.clone(),
+        text,
     };
     let config = sluice_core::config::load_from(&reader, &path)?;
     if let Some(redis) = &config.redis {
@@ -59,11 +76,11 @@ pub fn load_env(from: &FromEnv) -> Result<Config, ConfigError> {
 }
 
 /// [`load_env`] for a reload: the environment read again (it is the process's, so the same),
-/// and the directory's files as they are now. `_path` is the directory reloads watch.
-pub fn reload_env(_path: &Path) -> Result<Config, ConfigError> {
+/// and the directory's files as they are now. `dir` is the directory reloads watch.
+pub fn reload_env(dir: &Path) -> Result<Config, ConfigError> {
     let from = crate::reference_env::read(&|name| std::env::var(name).ok())
         .map_err(|e| ConfigError::at(ENV_FILE, 0, e.to_string()))?;
-    load_env(&from)
+    load_env(&from, dir)
 }
 
 /// The real file system, with one more file held in memory: the config file the environment

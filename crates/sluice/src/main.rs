@@ -25,6 +25,7 @@ mod rules;
 mod run;
 mod state;
 mod watch;
+mod xds;
 
 use std::process::ExitCode;
 
@@ -63,7 +64,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             let source = match (args.config.clone(), from_env) {
                 (Some(path), _) => run::Source::File(path),
-                (None, Some(from)) => run::Source::Environment(from),
+                (None, Some(from)) => run::Source::Environment(Box::new(from)),
                 (None, None) => unreachable!("the environment is read without --config"),
             };
             serve(args, source)

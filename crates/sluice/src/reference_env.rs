@@ -4,9 +4,10 @@
 //!
 //! The environment becomes a sluice config file held in memory (`ENV_FILE` in the config
 //! directory, which it `include:`s), loaded by the same loader as any file, so every check and
-//! every reload is the file path's. Each variable upstream's `src/settings/settings.go` reads is
-//! either honoured here or named at start with what sluice does instead ([`notes`]); a value
-//! that cannot work (memcache, a unix socket, Sentinel, xDS for now) stops the start with the
+//! every reload is the file path's; limits pushed over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`) are
+//! that file's `domains:` ([`crate::xds`]). Each variable upstream's `src/settings/settings.go`
+//! reads is either honoured here or named at start with what sluice does instead ([`notes`]); a
+//! value that cannot work (memcache, a unix socket, Sentinel for now) stops the start with the
 //! variable's name, never a silent pass. The reference's variables are read only without
 //! `--config`: a file config and the environment are never mixed. docs/migrating.md has the table.
 
@@ -15,17 +16,31 @@ mod notes;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::xds::{XdsSettings, XdsTls};
 
 /// The name of the config file the environment stands for, in the config directory: what errors
 /// and `/config` name.
 pub const ENV_FILE: &str = "(envoyproxy-ratelimit-environment).yaml";
 
+/// Where the limits come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limits {
+    /// `CONFIG_TYPE=FILE`: the domain files of `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+    /// RUNTIME_APPDIRECTORY`.
+    Files(PathBuf),
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: pushed by a management server.
+    Xds(XdsSettings),
+}
+
 /// What the environment says, ready to load.
 #[derive(Debug)]
 pub struct FromEnv {
-    /// The directory of domain files (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`).
-    pub dir: PathBuf,
-    /// The sluice config file standing for the environment (it includes `dir`).
+    /// Where the limits come from.
+    pub limits: Limits,
+    /// The settings part of the sluice config file standing for the environment (its limits
+    /// are [`with_files`](Self::with_files) or [`with_domains`](Self::with_domains)).
     pub yaml: String,
     /// `GRPC_HOST:GRPC_PORT`.
     pub grpc_addr: SocketAddr,
@@ -37,6 +52,22 @@ pub struct FromEnv {
     pub json_logs: bool,
     /// `(variable, what sluice does instead)` for each variable set that sluice does not act on.
     pub notes: Vec<(&'static str, &'static str)>,
+}
+
+impl FromEnv {
+    /// The config file with the limits of the files in `dir`.
+    pub fn with_files(&self, dir: &Path) -> String {
+        format!(
+            "{}include: [{}]\n",
+            self.yaml,
+            quoted(&dir.to_string_lossy())
+        )
+    }
+
+    /// The config file with pushed limits (`domains:` lines, [`crate::xds::domains_yaml`]).
+    pub fn with_domains(&self, domains: &str) -> String {
+        format!("{}{domains}", self.yaml)
+    }
 }
 
 /// Why the environment cannot run sluice: the variable, and the reason.
@@ -54,16 +85,16 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
     let get = |name: &str| var(name).filter(|v| !v.is_empty());
     let fail = |name: &str, why: &str| Err(EnvError(format!("{name}: {why}")));
 
-    if let Some(kind) = get("CONFIG_TYPE")
-        && kind != "FILE"
-    {
-        return fail(
-            "CONFIG_TYPE",
-            &format!(
-                "{kind:?}: sluice reads limits from files (FILE) only for now; limits pushed over xDS (GRPC_XDS_SOTW) are not built yet"
-            ),
-        );
-    }
+    let xds = match get("CONFIG_TYPE").as_deref() {
+        None | Some("FILE") => None,
+        Some("GRPC_XDS_SOTW") => Some(xds_settings(&get)?),
+        Some(kind) => {
+            return fail(
+                "CONFIG_TYPE",
+                &format!("{kind:?}: FILE or GRPC_XDS_SOTW (upstream's spellings)"),
+            );
+        }
+    };
     if let Some(uds) = get("GRPC_UDS") {
         return fail(
             "GRPC_UDS",
@@ -76,7 +107,10 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
             "sluice cannot require a client certificate's SAN; it accepts any client certificate that chains to GRPC_CLIENT_TLS_CACERT, and would admit more clients than this asks",
         );
     }
-    let dir = config_dir(&get);
+    let limits = match xds {
+        Some(xds) => Limits::Xds(xds),
+        None => Limits::Files(config_dir(&get)),
+    };
     let grpc_addr = address(&get, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let admin_addr = address(&get, "HOST", "PORT", 8080)?;
 
@@ -85,10 +119,9 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
         yaml.push_str(&text);
         yaml.push('\n');
     };
-    line(
-        &mut yaml,
-        format!("include: [{}]", quoted(&glob_safe(&dir)?)),
-    );
+    if let Limits::Files(dir) = &limits {
+        glob_safe(dir)?;
+    }
     for (name, field) in [("SHADOW_MODE", "shadow_mode"), ("QUOTA_MODE", "quota_mode")] {
         if boolean(&get, name)? {
             line(&mut yaml, format!("{field}: true"));
@@ -138,20 +171,94 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
         }),
     };
     let json_logs = get("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
+    let xds_only = match limits {
+        Limits::Files(_) => notes::XDS_ONLY,
+        Limits::Xds(_) => &[],
+    };
     notes.extend(
         notes::NOT_APPLICABLE
             .iter()
+            .chain(xds_only)
             .filter(|(name, _)| get(name).is_some())
             .copied(),
     );
     Ok(FromEnv {
-        dir,
+        limits,
         yaml,
         grpc_addr,
         admin_addr,
         log_filter,
         json_logs,
         notes,
+    })
+}
+
+/// `CONFIG_GRPC_XDS_*` and `XDS_CLIENT_*`, with upstream's defaults.
+fn xds_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<XdsSettings, EnvError> {
+    let fail = |name: &str, why: &str| Err(EnvError(format!("{name}: {why}")));
+    if get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS").is_some() {
+        return fail(
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "sluice does not send extra headers to the management server yet; one that needs them would refuse it",
+        );
+    }
+    let duration = |name: &str, default: Duration| -> Result<Duration, EnvError> {
+        match get(name) {
+            None => Ok(default),
+            Some(text) => humantime::parse_duration(&text)
+                .map_err(|_| EnvError(format!("{name}: {text:?} is not a duration (10s, 500ms)"))),
+        }
+    };
+    let backoff = (
+        duration(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            Duration::from_secs(10),
+        )?,
+        duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?,
+    );
+    let max_message = match get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
+        None => 4 << 20,
+        Some(n) => n.parse().map_err(|_| {
+            EnvError(format!(
+                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: {n:?} is not a size in bytes"
+            ))
+        })?,
+    };
+    let tls = if boolean(get, "CONFIG_GRPC_XDS_SERVER_USE_TLS")? {
+        let Some(ca) = get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT") else {
+            return fail(
+                "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+                "needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice verifies the management server against that CA",
+            );
+        };
+        let identity = match (
+            get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+            get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+        ) {
+            (Some(cert), Some(key)) => Some((PathBuf::from(cert), PathBuf::from(key))),
+            (None, None) => None,
+            _ => {
+                return fail(
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                    "give both CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY, or neither",
+                );
+            }
+        };
+        Some(XdsTls {
+            ca: Some(PathBuf::from(ca)),
+            identity,
+            server_name: get("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+        })
+    } else {
+        None
+    };
+    Ok(XdsSettings {
+        server: get("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into()),
+        node_id: get("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| "default".into()),
+        tls,
+        backoff,
+        max_message,
+        force_start: boolean(get, "FORCE_START_WITHOUT_INITIAL_CONFIG")?,
     })
 }
 

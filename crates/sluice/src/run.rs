@@ -5,15 +5,18 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use prometheus::Registry;
+use sluice_core::config::Config;
 use sluice_core::{ConfigError, SystemClock};
 use sluice_engine::{Engine, EngineMetrics, EngineSettings, GlobalStore, MemoryStore};
 use sluice_redis::{RedisMetrics, RedisStore};
 use sluice_server::metrics::ServerMetrics;
 use sluice_server::reload::{ReloadMetrics, ReloadOptions};
 use sluice_server::{AppState, Runtime, ServeOptions};
+use tokio::sync::mpsc;
 
 use crate::cli::ServeArgs;
-use crate::reference_env::FromEnv;
+use crate::reference_env::{FromEnv, Limits};
+use crate::xds::Push;
 
 /// Why `serve` stopped with an error.
 #[derive(Debug)]
@@ -35,13 +38,27 @@ pub enum Source {
     /// `--config`: a file or directory.
     File(PathBuf),
     /// No `--config`: envoyproxy/ratelimit's environment ([`crate::reference_env`]).
-    Environment(FromEnv),
+    Environment(Box<FromEnv>),
 }
 
-/// Loads and validates the config before any port is bound, then serves until SIGTERM/SIGINT.
+/// How the configuration in force changes while serving.
+enum Live {
+    /// Files polled every `--reload-interval` (none at `0s`), loaded with `load`.
+    Files { watched: PathBuf, load: Load },
+    /// Limits pushed over xDS, each loaded with the environment's settings.
+    Pushed {
+        from: Box<FromEnv>,
+        pushes: mpsc::Receiver<Push>,
+    },
+}
+
+type Load = fn(&Path) -> Result<Config, ConfigError>;
+
+/// Loads and validates the config before any port is bound (with limits over xDS, waits for the
+/// first push, unless FORCE_START_WITHOUT_INITIAL_CONFIG), then serves until SIGTERM/SIGINT.
 pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
-    type Load = fn(&Path) -> Result<sluice_core::config::Config, ConfigError>;
-    let (config, watched, load, grpc_addr, admin_addr): (_, PathBuf, Load, _, _) = match source {
+    // The config, or (limits over xDS) what to load it from once the runtime runs.
+    let (config, pushed, watched, grpc_addr, admin_addr) = match source {
         Source::File(path) => {
             let load: Load = match args.check_addr {
                 Some(_) => crate::config::load_for_check,
@@ -50,7 +67,7 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             let config = load(&path).map_err(RunError::Config)?;
             let grpc = args.grpc_addr.unwrap_or(([127, 0, 0, 1], 8081).into());
             let admin = args.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into());
-            (config, path, load, grpc, admin)
+            (Some((config, load)), None, path, grpc, admin)
         }
         Source::Environment(from) => {
             if args.check_addr.is_some() {
@@ -65,11 +82,19 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
                     "an envoyproxy/ratelimit variable sluice does not act on"
                 );
             }
-            let config = crate::config::load_env(&from).map_err(RunError::Config)?;
             let grpc = args.grpc_addr.unwrap_or(from.grpc_addr);
             let admin = args.admin_addr.unwrap_or(from.admin_addr);
-            let load: Load = crate::config::reload_env;
-            (config, from.dir, load, grpc, admin)
+            match from.limits.clone() {
+                Limits::Files(dir) => {
+                    let config = crate::config::load_env(&from, &dir).map_err(RunError::Config)?;
+                    let load: Load = crate::config::reload_env;
+                    (Some((config, load)), None, dir, grpc, admin)
+                }
+                Limits::Xds(xds) => {
+                    let watched = PathBuf::from(format!("xds://{}", xds.server));
+                    (None, Some((from, xds)), watched, grpc, admin)
+                }
+            }
         }
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
@@ -80,6 +105,27 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
     let runtime = runtime.build().context("starting the async runtime")?;
     runtime.block_on(async move {
         let shutdown = shutdown_signal()?;
+        let (config, live) = match (config, pushed) {
+            (Some((config, load)), _) => (
+                config,
+                Live::Files {
+                    watched: watched.clone(),
+                    load,
+                },
+            ),
+            (None, Some((from, xds))) => {
+                let mut pushes = crate::xds::start(xds.clone());
+                let config = if xds.force_start {
+                    tracing::warn!(server = %xds.server, "serving with no limits until the first push over xDS (FORCE_START_WITHOUT_INITIAL_CONFIG)");
+                    crate::config::load_pushed(&from, "domains: []\n", "none").map_err(RunError::Config)?
+                } else {
+                    tracing::info!(server = %xds.server, node = %xds.node_id, "waiting for the limits over xDS before serving");
+                    first_push(&from, &mut pushes).await?
+                };
+                (config, Live::Pushed { from, pushes })
+            }
+            (None, None) => unreachable!("a config or an xDS source"),
+        };
         let registry = Registry::new();
         let clock = Arc::new(SystemClock::new());
         let (store, redis): (Arc<dyn GlobalStore>, Option<Arc<RedisStore>>) = match &config.redis {
@@ -106,16 +152,19 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             Some(t) if t.client_ca_pem.is_some() => "mutual",
             Some(_) => "on",
         };
-        let reload = if args.reload_interval.is_zero() {
-            None
-        } else {
-            let metrics =
-                ReloadMetrics::register(&registry).context("registering reload metrics")?;
-            Some((
-                ReloadOptions::for_config(&watched, &config, args.reload_interval)
-                    .loading_with(load),
-                metrics,
-            ))
+        let reload_metrics =
+            ReloadMetrics::register(&registry).context("registering reload metrics")?;
+        let (reload, pushed) = match live {
+            Live::Files { .. } if args.reload_interval.is_zero() => (None, None),
+            Live::Files { watched, load } => (
+                Some((
+                    ReloadOptions::for_config(&watched, &config, args.reload_interval)
+                        .loading_with(load),
+                    reload_metrics.clone(),
+                )),
+                None,
+            ),
+            Live::Pushed { from, pushes } => (None, Some((from, pushes))),
         };
         let runtime_config = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
@@ -131,6 +180,14 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             server_metrics,
             registry,
         ));
+        if let Some((from, pushes)) = pushed {
+            tokio::spawn(apply_pushes(
+                Arc::clone(&state),
+                from,
+                pushes,
+                reload_metrics,
+            ));
+        }
         let grpc = tokio::net::TcpListener::bind(grpc_addr)
             .await
             .with_context(|| format!("binding gRPC on {grpc_addr}"))?;
@@ -186,6 +243,49 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
         }
         Ok(())
     })
+}
+
+/// Waits for the first push over xDS that loads, NACKing each one that does not.
+async fn first_push(from: &FromEnv, pushes: &mut mpsc::Receiver<Push>) -> Result<Config, RunError> {
+    loop {
+        let Some(push) = pushes.recv().await else {
+            return Err(RunError::Other(anyhow::anyhow!("the xDS client stopped")));
+        };
+        match crate::config::load_pushed(from, &push.domains, &push.version) {
+            Ok(config) => {
+                let _ = push.applied.send(Ok(()));
+                return Ok(config);
+            }
+            Err(e) => {
+                let _ = push.applied.send(Err(e.to_string()));
+            }
+        }
+    }
+}
+
+/// Applies each later push as a reload applies a changed file: loaded and checked the same way,
+/// swapped in atomically, or refused (NACKed) with the limits in force kept.
+async fn apply_pushes(
+    state: Arc<AppState>,
+    from: Box<FromEnv>,
+    mut pushes: mpsc::Receiver<Push>,
+    metrics: ReloadMetrics,
+) {
+    metrics.rules.set(state.engine.rules().rules().len() as i64);
+    while let Some(push) = pushes.recv().await {
+        let answer = match crate::config::load_pushed(&from, &push.domains, &push.version) {
+            Ok(config) => {
+                tracing::info!(xds_version = %push.version, "limits pushed over xDS");
+                sluice_server::reload::apply(&state, config, &metrics);
+                Ok(())
+            }
+            Err(e) => {
+                metrics.reloads.with_label_values(&["error"]).inc();
+                Err(e.to_string())
+            }
+        };
+        let _ = push.applied.send(answer);
+    }
 }
 
 /// Registers SIGTERM and SIGINT handlers now (so a signal that arrives right after start-up is

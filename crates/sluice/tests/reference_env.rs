@@ -7,54 +7,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
 use sluice_proto::envoy::ratelimit::rate_limit_service_client::RateLimitServiceClient;
 use sluice_testkit::redis::Standalone;
 
 const LIMITS: &str = "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
-
-/// `ratelimit` (a symlink to the binary under test, in `dir`) started with only `env`.
-fn ratelimit(dir: &std::path::Path, env: &[(&str, String)]) -> Command {
-    let link = dir.join("ratelimit");
-    if !link.exists() {
-        std::os::unix::fs::symlink(common::bin(), &link).expect("symlink");
-    }
-    let mut cmd = Command::new(&link);
-    cmd.env_clear()
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Its log lines until "sluice serving" (JSON, `LOG_FORMAT=json`).
-fn until_serving(child: &mut Child) -> Vec<serde_json::Value> {
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Read to the end: a closed pipe would fail the process's next log line.
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut lines = Vec::new();
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("not serving in 20 s; logged: {lines:?}"));
-        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
-        let serving = v["fields"]["message"] == "sluice serving";
-        lines.push(v);
-        if serving {
-            return lines;
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
@@ -64,30 +24,22 @@ async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
     std::fs::create_dir_all(&files).expect("mkdir");
     std::fs::write(files.join("limits.yaml"), LIMITS).expect("write");
     let (grpc, http) = (common::free_port(), common::free_port());
-    let env = [
+    let mut env = common::serving_on(grpc, http);
+    env.extend([
         ("RUNTIME_ROOT", root.path().display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("RUNTIME_IGNOREDOTFILES", "true".into()),
         ("RUNTIME_WATCH_ROOT", "false".into()),
         ("USE_STATSD", "true".into()),
-        ("LOG_LEVEL", "info".into()),
-        ("LOG_FORMAT", "json".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", grpc.to_string()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", http.to_string()),
         ("REDIS_SOCKET_TYPE", "tcp".into()),
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port)),
         ("CACHE_KEY_PREFIX", "fleet-a_".into()),
-    ];
+    ]);
     let bin = tempfile::tempdir().expect("tempdir");
-    let mut child = ratelimit(bin.path(), &env).spawn().expect("spawn");
-    let lines = until_serving(&mut child);
+    let mut child = common::Running(common::ratelimit(bin.path(), &env).spawn().expect("spawn"));
+    let lines = common::until_serving(&mut child.0);
     // The variables it does not act on are named, with what it does instead.
-    let named: Vec<&str> = lines
-        .iter()
-        .filter_map(|l| l["fields"]["variable"].as_str())
-        .collect();
+    let named = common::named_not_applicable(&lines);
     assert_eq!(
         named,
         ["USE_STATSD", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"]
@@ -132,7 +84,7 @@ async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
     assert!(keys.iter().all(|k| k.starts_with("fleet-a_")), "{keys:?}");
 
     // Draining after SIGTERM, /healthcheck says 500 with no body, as the reference does.
-    let pid = child.id().to_string();
+    let pid = child.0.id().to_string();
     Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -140,7 +92,7 @@ async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
     std::thread::sleep(Duration::from_millis(300));
     let health = common::http_get(http, "/healthcheck", &[]);
     assert_eq!((health.status, health.body.as_str()), (500, ""));
-    assert!(child.wait().expect("exit").success());
+    assert!(child.0.wait().expect("exit").success());
 }
 
 #[test]
@@ -155,8 +107,8 @@ fn a_variable_that_cannot_work_stops_the_start_naming_it() {
             "REDIS_TYPE: SENTINEL",
         ),
         (
-            vec![("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string())],
-            "CONFIG_TYPE: \"GRPC_XDS_SOTW\"",
+            vec![("CONFIG_TYPE", "GRPC_XDS_DELTA".to_string())],
+            "CONFIG_TYPE: \"GRPC_XDS_DELTA\": FILE or GRPC_XDS_SOTW",
         ),
         (
             vec![(
@@ -166,9 +118,23 @@ fn a_variable_that_cannot_work_stops_the_start_naming_it() {
             "no such directory",
         ),
     ] {
-        let out = ratelimit(root.path(), &env).output().expect("run");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{env:?}: {stderr}");
+        let mut child = common::Running(common::ratelimit(root.path(), &env).spawn().expect("run"));
+        // It must stop at once: one that started instead would wait here for good.
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.0.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{env:?}: still running after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.0.stderr.take().expect("stderr"), &mut stderr)
+            .expect("stderr");
+        assert_eq!(status.code(), Some(64), "{env:?}: {stderr}");
         assert!(stderr.contains(says), "{env:?}: {stderr}");
     }
 }

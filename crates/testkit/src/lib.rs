@@ -7,9 +7,12 @@
 //! - [`pki`]: a throwaway CA with server and client certificates for TLS tests.
 //! - [`process`]: the `sluice` binary and a real Envoy as child processes, and an HTTP/1.1 client.
 //! - [`toxiproxy`]: a Toxiproxy server for network faults between sluice and Redis.
+//! - [`xds`]: an xDS management server (go-control-plane) pushing envoyproxy/ratelimit's
+//!   `RateLimitConfig`.
 
 pub mod hostile;
 pub mod pki;
 pub mod process;
 pub mod redis;
 pub mod toxiproxy;
+pub mod xds;

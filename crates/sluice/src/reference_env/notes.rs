@@ -80,10 +80,6 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
         "a domain in two files is refused, naming both",
     ),
     (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "with files, sluice starts only with a valid config",
-    ),
-    (
         "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
         "sluice starts only with a valid config; a bad edit later keeps the config in force",
     ),
@@ -254,19 +250,36 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
     ("TRACING_EXPORTER_PROTOCOL", "no OpenTelemetry tracing"),
     ("TRACING_SAMPLING_RATE", "no OpenTelemetry tracing"),
     (
+        "CONFIG_GRPC_XDS_NODE_METADATA",
+        "the xDS node is sent with its id only",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "a failed xDS stream is reopened after XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, doubling up to _MAX_INTERVAL",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "the wait between xDS streams doubles, without jitter",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "the wait between xDS streams doubles, without jitter",
+    ),
+];
+
+/// The xDS client's variables, named when set while limits come from files (`CONFIG_TYPE=FILE`);
+/// with `GRPC_XDS_SOTW` they are read ([`crate::xds`]).
+pub(super) const XDS_ONLY: &[(&str, &str)] = &[
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "with files, sluice starts only with a valid config",
+    ),
+    (
         "CONFIG_GRPC_XDS_NODE_ID",
         "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
     ),
     (
-        "CONFIG_GRPC_XDS_NODE_METADATA",
-        "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
-    ),
-    (
         "CONFIG_GRPC_XDS_SERVER_URL",
-        "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
-    ),
-    (
-        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
         "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
     ),
     (
@@ -299,14 +312,6 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
     ),
     (
         "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-        "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
-    ),
-    (
-        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-        "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
-    ),
-    (
-        "XDS_CLIENT_BACKOFF_JITTER",
         "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
     ),
     (

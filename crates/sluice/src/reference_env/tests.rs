@@ -191,11 +191,16 @@ const ENVOY_GATEWAY: &[(&str, &str)] = &[
 fn every_upstream_variable_is_read_or_named() {
     let upstream: BTreeSet<&str> = UPSTREAM.iter().copied().collect();
     assert_eq!(upstream.len(), 114);
-    let named: BTreeSet<&str> = notes::NOT_APPLICABLE.iter().map(|(n, _)| *n).collect();
+    // Named always, or named with files and read with xDS (XDS_ONLY).
+    let named: BTreeSet<&str> = notes::NOT_APPLICABLE
+        .iter()
+        .chain(notes::XDS_ONLY)
+        .map(|(n, _)| *n)
+        .collect();
     let read: BTreeSet<&str> = READ.iter().copied().collect();
     assert_eq!(
         named.len(),
-        notes::NOT_APPLICABLE.len(),
+        notes::NOT_APPLICABLE.len() + notes::XDS_ONLY.len(),
         "a variable named twice"
     );
     assert!(
@@ -210,14 +215,16 @@ fn every_upstream_variable_is_read_or_named() {
 #[test]
 fn envoy_gateways_environment_is_a_config() {
     let from = env(ENVOY_GATEWAY).expect("valid");
-    assert_eq!(from.dir, PathBuf::from("/data/ratelimit/config"));
+    assert_eq!(
+        from.limits,
+        Limits::Files(PathBuf::from("/data/ratelimit/config"))
+    );
     assert_eq!(from.grpc_addr, "0.0.0.0:8081".parse().expect("addr"));
     assert_eq!(from.admin_addr, "0.0.0.0:8080".parse().expect("addr"));
     assert_eq!((from.log_filter, from.json_logs), (Some("info"), false));
     assert_eq!(
         from.yaml,
         "# envoyproxy/ratelimit's environment, as sluice reads it\n\
-         include: [\"/data/ratelimit/config\"]\n\
          tls:\n  cert_file: \"/certs/tls.crt\"\n  key_file: \"/certs/tls.key\"\n  \
          client_ca_file: \"/certs/ca.crt\"\n\
          redis:\n  url: \"redis://redis.redis-system.svc.cluster.local:6379\"\n"
@@ -233,16 +240,51 @@ fn envoy_gateways_environment_is_a_config() {
             "FORCE_START_WITHOUT_INITIAL_CONFIG"
         ]
     );
-    // Limits pushed over xDS, as Envoy Gateway sends them, are refused until they are built.
+    assert!(
+        from.with_files(Path::new("/data/ratelimit/config"))
+            .ends_with("include: [\"/data/ratelimit/config\"]\n")
+    );
+    // Envoy Gateway's own: limits over xDS, with mutual TLS to its management server.
     let mut xds = ENVOY_GATEWAY.to_vec();
-    xds.push(("CONFIG_TYPE", "GRPC_XDS_SOTW"));
-    assert!(refused(&xds).starts_with("CONFIG_TYPE: \"GRPC_XDS_SOTW\""));
+    xds.extend([
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+    ]);
+    let from = env(&xds).expect("valid");
+    let Limits::Xds(settings) = &from.limits else {
+        panic!("{:?}", from.limits)
+    };
+    assert_eq!(
+        *settings,
+        XdsSettings {
+            server: "envoy-gateway:18001".into(),
+            node_id: "envoy-ratelimit".into(),
+            tls: Some(XdsTls {
+                ca: Some("/certs/ca.crt".into()),
+                identity: Some(("/certs/tls.crt".into(), "/certs/tls.key".into())),
+                server_name: None,
+            }),
+            backoff: (Duration::from_secs(10), Duration::from_secs(60)),
+            max_message: 4 << 20,
+            force_start: true,
+        }
+    );
+    // FORCE_START_WITHOUT_INITIAL_CONFIG is read now: only the statsd and runtime ones are named.
+    assert_eq!(from.notes.len(), 4, "{:?}", from.notes);
 }
 
 #[test]
 fn nothing_set_is_upstreams_defaults_on_the_embedded_store() {
     let from = env(&[]).expect("valid");
-    assert_eq!(from.dir, PathBuf::from("/srv/runtime_data/current/config"));
+    assert_eq!(
+        from.limits,
+        Limits::Files(PathBuf::from("/srv/runtime_data/current/config"))
+    );
     assert_eq!(from.grpc_addr, "0.0.0.0:8081".parse().expect("addr"));
     assert!(!from.yaml.contains("redis:"));
     assert_eq!(from.notes.len(), 1);
@@ -383,6 +425,20 @@ fn what_cannot_work_stops_the_start_naming_the_variable() {
             "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY",
         ),
         (vec![("CONFIG_TYPE", "file")], "CONFIG_TYPE: \"file\""),
+        (
+            vec![
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ],
+            "CONFIG_GRPC_XDS_SERVER_USE_TLS: needs",
+        ),
+        (
+            vec![
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "a:b"),
+            ],
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS:",
+        ),
     ] {
         let why = refused(&vars);
         assert!(why.starts_with(starts), "{vars:?}: {why}");
@@ -411,5 +467,8 @@ fn modes_and_logging() {
     );
     assert_eq!((from.log_filter, from.json_logs), (Some("warn"), true));
     assert_eq!(from.grpc_addr, "[::1]:9081".parse().expect("addr"));
-    assert_eq!(from.dir, PathBuf::from("/srv/runtime_data/current/limits"));
+    assert_eq!(
+        from.limits,
+        Limits::Files(PathBuf::from("/srv/runtime_data/current/limits"))
+    );
 }

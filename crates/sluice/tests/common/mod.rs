@@ -1,7 +1,10 @@
 //! The sluice binary and real Envoy, from sluice-testkit.
 #![allow(dead_code, unused_imports)]
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub use sluice_testkit::process::{Envoy, HttpResponse, free_port, http_get};
 
@@ -86,4 +89,89 @@ pub fn next_second() {
     use sluice_core::Clock as _;
     let into = sluice_core::SystemClock::new().now_micros() / 1_000 % 1_000;
     std::thread::sleep(std::time::Duration::from_millis(1_000 - into + 20));
+}
+
+/// `ratelimit` (a symlink to the binary under test, in `dir`) started with only `env`.
+pub fn ratelimit(dir: &std::path::Path, env: &[(&str, String)]) -> Command {
+    let link = dir.join("ratelimit");
+    if !link.exists() {
+        std::os::unix::fs::symlink(bin(), &link).expect("symlink");
+    }
+    let mut cmd = Command::new(&link);
+    cmd.env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Its log lines until "sluice serving" (JSON, `LOG_FORMAT=json`).
+pub fn until_serving(child: &mut Child) -> Vec<serde_json::Value> {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Read to the end: a closed pipe would fail the process's next log line.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("not serving in 20 s; logged: {lines:?}"));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        let serving = v["fields"]["message"] == "sluice serving";
+        lines.push(v);
+        if serving {
+            return lines;
+        }
+    }
+}
+
+/// envoyproxy/ratelimit's variables for where it serves and how it logs: gRPC on
+/// 127.0.0.1:`grpc`, HTTP (`/healthcheck`) on 127.0.0.1:`http`, JSON lines at `info` (what
+/// [`until_serving`] reads).
+pub fn serving_on(grpc: u16, http: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("LOG_LEVEL", "info".into()),
+        ("LOG_FORMAT", "json".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", grpc.to_string()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", http.to_string()),
+    ]
+}
+
+/// envoyproxy/ratelimit's variables for limits pushed by `server` to node `node` (a stream
+/// that fails is reopened after 100 ms).
+pub fn pushed_by(
+    server: &sluice_testkit::xds::XdsServer,
+    node: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", server.grpc.to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID", node.into()),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
+    ]
+}
+
+/// The variables sluice's log `lines` named as not applicable, in order.
+pub fn named_not_applicable(lines: &[serde_json::Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter_map(|l| l["fields"]["variable"].as_str())
+        .collect()
+}
+
+/// A child process, killed when dropped (also when a test fails before it stops it).
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,0 +1,108 @@
+use sluice_proto::ratelimit_config::{RateLimitPolicy, RateLimitReplace};
+
+use super::*;
+
+fn limit(unit: i32, n: u32) -> Option<RateLimitPolicy> {
+    Some(RateLimitPolicy {
+        unit,
+        requests_per_unit: n,
+        ..RateLimitPolicy::default()
+    })
+}
+
+#[test]
+fn a_pushed_config_is_the_domain_file_it_stands_for() {
+    let pushed = RateLimitConfig {
+        name: "gateway/ns/route".into(),
+        domain: "gw".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "header".into(),
+            value: "premium".into(),
+            rate_limit: Some(RateLimitPolicy {
+                name: "premium".into(),
+                replaces: vec![RateLimitReplace {
+                    name: "basic".into(),
+                }],
+                ..limit(2, 100).expect("a limit")
+            }),
+            descriptors: vec![
+                RateLimitDescriptor {
+                    key: "user".into(),
+                    rate_limit: limit(1, 5),
+                    shadow_mode: true,
+                    detailed_metric: true,
+                    ..RateLimitDescriptor::default()
+                },
+                RateLimitDescriptor {
+                    key: "admin".into(),
+                    rate_limit: Some(RateLimitPolicy {
+                        unlimited: true,
+                        ..RateLimitPolicy::default()
+                    }),
+                    ..RateLimitDescriptor::default()
+                },
+            ],
+            ..RateLimitDescriptor::default()
+        }],
+    };
+    let yaml = domains_yaml(&[pushed]).expect("converts");
+    let pushed = sluice_core::parse_config(&yaml).expect("a valid sluice config");
+    let written = sluice_core::parse_config(
+        "domain: gw\n\
+         descriptors:\n\
+         - key: header\n  value: premium\n  \
+           rate_limit: {unit: minute, requests_per_unit: 100, name: premium, replaces: [{name: basic}]}\n  \
+           descriptors:\n  \
+           - {key: user, rate_limit: {unit: second, requests_per_unit: 5}, shadow_mode: true, detailed_metric: true}\n  \
+           - {key: admin, rate_limit: {unlimited: true}}\n",
+    )
+    .expect("the domain file");
+    // The same rules, but for where each is written.
+    let rules = |c: &sluice_core::config::Config| {
+        let text = format!("{:?}", c.rules.rules());
+        text.split(", line: ")
+            .map(|part| part.trim_start_matches(|ch: char| ch.is_ascii_digit()))
+            .collect::<String>()
+    };
+    assert_eq!(rules(&pushed), rules(&written));
+    assert_eq!(domains_yaml(&[]).expect("none"), "domains: []\n");
+}
+
+#[test]
+fn what_cannot_be_read_is_refused_with_the_resource_named() {
+    let pushed = RateLimitConfig {
+        name: "r1".into(),
+        domain: "gw".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "user".into(),
+            rate_limit: limit(9, 5),
+            ..RateLimitDescriptor::default()
+        }],
+    };
+    assert_eq!(
+        domains_yaml(&[pushed]).expect_err("unit 9"),
+        "gw (resource \"r1\"): key \"user\": unit 9 is not a unit"
+    );
+    let response = DiscoveryResponse {
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        ..DiscoveryResponse::default()
+    };
+    assert!(
+        configs(&response)
+            .expect_err("another type")
+            .contains("Cluster")
+    );
+    let response = DiscoveryResponse {
+        type_url: TYPE_URL.into(),
+        resources: vec![sluice_proto::envoy::protobuf::Any {
+            type_url: TYPE_URL.into(),
+            value: vec![0xff, 0xff, 0xff],
+        }],
+        ..DiscoveryResponse::default()
+    };
+    assert!(
+        configs(&response)
+            .expect_err("garbage")
+            .contains("does not decode")
+    );
+}
