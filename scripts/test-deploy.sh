@@ -54,3 +54,5 @@ echo "== Kubernetes manifests"
 # The same release binary (a debug `cargo build -p sluice` after `cargo test` would compile
 # the workspace once more).
 .tools/k8s-venv/bin/python scripts/validate-k8s.py .tools/bin/kustomize target/release/sluice .tools/bin/envoy
+echo "== Istio EnvoyFilter (docs/migrating.md): its patches on a sidecar-like listener"
+.tools/k8s-venv/bin/python scripts/validate-envoyfilter.py .tools/bin/envoy deploy/examples/migrating/istio-envoyfilter.yaml

@@ -19,7 +19,7 @@ cargo test --workspace --locked
 scripts/valkey-image.sh
 SLUICE_TEST_REDIS_IMAGE=valkey/valkey:9.1 scripts/rerun-tests.sh sluice-redis acl batch \
   conformance conformance_props demand faults global heartbeat holds holds_overrides \
-  holds_props outage post_paid pushed_resets top
+  holds_props outage post_paid prefix pushed_resets top
 # README's quick start, the Envoy walkthrough, the concurrency example's (two pods on a Redis in
 # Docker, about 15 s) and the nginx, Caddy and Traefik examples, run as written, their output
 # checked.

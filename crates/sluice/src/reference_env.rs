@@ -179,6 +179,7 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
         notes::NOT_APPLICABLE
             .iter()
             .chain(xds_only)
+            .chain(notes::NOT_UPSTREAMS)
             .filter(|(name, _)| get(name).is_some())
             .copied(),
     );

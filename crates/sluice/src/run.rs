@@ -104,7 +104,7 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
     }
     let runtime = runtime.build().context("starting the async runtime")?;
     runtime.block_on(async move {
-        let shutdown = shutdown_signal()?;
+        let mut shutdown = Box::pin(shutdown_signal()?);
         let (config, live) = match (config, pushed) {
             (Some((config, load)), _) => (
                 config,
@@ -120,7 +120,12 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
                     crate::config::load_pushed(&from, "domains: []\n", "none").map_err(RunError::Config)?
                 } else {
                     tracing::info!(server = %xds.server, node = %xds.node_id, "waiting for the limits over xDS before serving");
-                    first_push(&from, &mut pushes).await?
+                    tokio::select! {
+                        config = first_push(&from, &mut pushes) => config?,
+                        // Stopped before it served (a pod deleted while its management server
+                        // is away): nothing to drain.
+                        () = &mut shutdown => return Ok(()),
+                    }
                 };
                 (config, Live::Pushed { from, pushes })
             }

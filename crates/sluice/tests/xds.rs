@@ -205,14 +205,7 @@ async fn limits_pushed_over_xds_in_plaintext() {
 async fn limits_pushed_over_xds_with_mutual_tls() {
     let pki = Pki::new();
     let path = |name: &str| pki.path(name).display().to_string();
-    let server = XdsServer::start_with(&[
-        "-cert",
-        &path("server.pem"),
-        "-key",
-        &path("server.key"),
-        "-ca",
-        &path("ca.pem"),
-    ]);
+    let server = XdsServer::start_tls(&pki);
     let (grpc, http) = (common::free_port(), common::free_port());
     let mut env = environment(&server, grpc, http);
     env.extend([
@@ -245,4 +238,35 @@ async fn force_start_serves_before_the_first_push_then_enforces_it() {
         codes(&mut client, "user", "carol", 3).await,
         [Code::Ok, Code::Ok, Code::OverLimit]
     );
+}
+
+#[test]
+fn waiting_for_its_first_push_it_stops_on_sigterm() {
+    let server = XdsServer::start();
+    let (grpc, http) = (common::free_port(), common::free_port());
+    let bin = tempfile::tempdir().expect("tempdir");
+    let mut child = common::Running(
+        common::ratelimit(bin.path(), &environment(&server, grpc, http))
+            .spawn()
+            .expect("spawn"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.0.try_wait().expect("wait").is_none(), "it waits");
+    let pid = child.0.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
 }

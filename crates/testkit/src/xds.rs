@@ -36,6 +36,20 @@ impl XdsServer {
         Self::start_with(&[])
     }
 
+    /// Starts it with mutual TLS: `pki`'s server certificate (`localhost`), requiring client
+    /// certificates signed by its CA.
+    pub fn start_tls(pki: &crate::pki::Pki) -> Self {
+        let path = |name: &str| pki.path(name).display().to_string();
+        Self::start_with(&[
+            "-cert",
+            &path("server.pem"),
+            "-key",
+            &path("server.key"),
+            "-ca",
+            &path("ca.pem"),
+        ])
+    }
+
     /// Starts it with extra flags (`-cert`, `-key`, `-ca` for TLS).
     #[allow(clippy::zombie_processes)] // a panic here fails the test; the process dies with it
     pub fn start_with(flags: &[&str]) -> Self {

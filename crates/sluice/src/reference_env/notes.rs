@@ -319,3 +319,10 @@ pub(super) const XDS_ONLY: &[(&str, &str)] = &[
         "read only with CONFIG_TYPE=GRPC_XDS_SOTW",
     ),
 ];
+
+/// Variables Envoy Gateway sets that envoyproxy/ratelimit does not read: named when set, so the
+/// reason one changes nothing is on record.
+pub(super) const NOT_UPSTREAMS: &[(&str, &str)] = &[(
+    "GRPC_SERVER_TLS_CA_CERT",
+    "envoyproxy/ratelimit does not read it either (it reads GRPC_CLIENT_TLS_CACERT): no client certificate is required",
+)];

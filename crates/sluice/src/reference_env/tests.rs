@@ -167,9 +167,8 @@ fn refused(vars: &[(&str, &str)]) -> String {
     env(vars).expect_err("refused").0
 }
 
-/// What Envoy Gateway's rendered ratelimit Deployment sets (envoyproxy/gateway
-/// `internal/infrastructure/kubernetes/ratelimit/testdata/deployments/default.yaml`), with
-/// files instead of xDS.
+/// What Envoy Gateway's rendered ratelimit Deployment sets
+/// (`deploy/examples/migrating/envoy-gateway-ratelimit.yaml`), with files instead of xDS.
 const ENVOY_GATEWAY: &[(&str, &str)] = &[
     ("RUNTIME_ROOT", "/data"),
     ("RUNTIME_SUBDIRECTORY", "ratelimit"),
@@ -184,7 +183,7 @@ const ENVOY_GATEWAY: &[(&str, &str)] = &[
     ("GRPC_SERVER_USE_TLS", "true"),
     ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
     ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
-    ("GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"),
+    ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
 ];
 
 #[test]
@@ -210,6 +209,9 @@ fn every_upstream_variable_is_read_or_named() {
     );
     let covered: BTreeSet<&str> = named.union(&read).copied().collect();
     assert_eq!(covered, upstream);
+    for (name, _) in notes::NOT_UPSTREAMS {
+        assert!(!upstream.contains(name), "{name} is upstream's");
+    }
 }
 
 #[test]
@@ -225,8 +227,7 @@ fn envoy_gateways_environment_is_a_config() {
     assert_eq!(
         from.yaml,
         "# envoyproxy/ratelimit's environment, as sluice reads it\n\
-         tls:\n  cert_file: \"/certs/tls.crt\"\n  key_file: \"/certs/tls.key\"\n  \
-         client_ca_file: \"/certs/ca.crt\"\n\
+         tls:\n  cert_file: \"/certs/tls.crt\"\n  key_file: \"/certs/tls.key\"\n\
          redis:\n  url: \"redis://redis.redis-system.svc.cluster.local:6379\"\n"
     );
     let named: Vec<&str> = from.notes.iter().map(|(n, _)| *n).collect();
@@ -237,7 +238,8 @@ fn envoy_gateways_environment_is_a_config() {
             "STATSD_PORT",
             "RUNTIME_WATCH_ROOT",
             "RUNTIME_IGNOREDOTFILES",
-            "FORCE_START_WITHOUT_INITIAL_CONFIG"
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            "GRPC_SERVER_TLS_CA_CERT"
         ]
     );
     assert!(
@@ -274,8 +276,9 @@ fn envoy_gateways_environment_is_a_config() {
             force_start: true,
         }
     );
-    // FORCE_START_WITHOUT_INITIAL_CONFIG is read now: only the statsd and runtime ones are named.
-    assert_eq!(from.notes.len(), 4, "{:?}", from.notes);
+    // FORCE_START_WITHOUT_INITIAL_CONFIG is read now: the statsd and runtime ones, and the CA
+    // variable upstream does not read either, are named.
+    assert_eq!(from.notes.len(), 5, "{:?}", from.notes);
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The sluice binary and real Envoy, from sluice-testkit.
 #![allow(dead_code, unused_imports)]
 
+pub mod pushed;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
