@@ -9,7 +9,8 @@
 //!   (lines, tables, periods).
 //! - `config`: loading and checking the config, the same for `serve` and `config check`.
 //! - `reference_env`: envoyproxy/ratelimit's environment variables as a config (`serve`
-//!   without `--config`, and the image's `/bin/ratelimit`).
+//!   without `--config`, and the image's `/bin/ratelimit`); `xds`: the ADS client for the limits
+//!   a management server pushes (`CONFIG_TYPE=GRPC_XDS_SOTW`).
 //! - this file: parsing, logging, dispatch and exit codes.
 
 mod check;

@@ -1,6 +1,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::time::Duration;
+
 use super::*;
+use crate::xds::XdsTls;
 
 /// Every variable upstream's `src/settings/settings.go` reads (main at f2fb157: 114).
 const UPSTREAM: &[&str] = &[
