@@ -70,8 +70,8 @@ pub mod ratelimit_config {
     /// A limit.
     #[derive(Clone, PartialEq, ::prost::Message)]
     pub struct RateLimitPolicy {
-        /// `RateLimitUnit`: 0 unknown, 1 second, 2 minute, 3 hour, 4 day (later values: week,
-        /// month, year).
+        /// `RateLimitUnit`: 0 unknown, 1 second, 2 minute, 3 hour, 4 day, 5 month, 6 year,
+        /// 7 week (the reference's numbering).
         #[prost(int32, tag = "1")]
         pub unit: i32,
         #[prost(uint32, tag = "2")]

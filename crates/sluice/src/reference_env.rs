@@ -259,7 +259,22 @@ pub(crate) fn boolean(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Resul
 
 /// `text` as a YAML double-quoted scalar (JSON's string syntax, which YAML reads the same).
 pub(crate) fn quoted(text: &str) -> String {
-    serde_json::to_string(text).expect("a string serializes")
+    yaml_safe(&serde_json::to_string(text).expect("a string serializes"))
+}
+
+/// JSON text with the characters JSON leaves as they are but YAML refuses even inside quotes
+/// (DEL, the C1 controls, U+FFFE and U+FFFF) written as `\uXXXX` escapes, which both read as
+/// the same character: one such character in a pushed value must not make the push unreadable.
+pub(crate) fn yaml_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if matches!(c, '\u{7f}'..='\u{9f}' | '\u{fffe}' | '\u{ffff}') {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

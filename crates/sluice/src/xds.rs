@@ -240,7 +240,10 @@ pub fn domains_yaml(configs: &[RateLimitConfig]) -> Result<String, String> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|why| format!("{} (resource {:?}): {why}", config.domain, config.name))?;
         let domain = serde_json::json!({"domain": config.domain, "descriptors": descriptors});
-        yaml.push_str(&format!("  - {domain}\n"));
+        yaml.push_str(&format!(
+            "  - {}\n",
+            crate::reference_env::yaml_safe(&domain.to_string())
+        ));
     }
     Ok(yaml)
 }
@@ -257,14 +260,15 @@ fn descriptor(d: &RateLimitDescriptor) -> Result<serde_json::Value, String> {
         if policy.unlimited {
             limit.insert("unlimited".into(), true.into());
         } else {
+            // The reference's numbering: MONTH and YEAR came before WEEK.
             let unit = match policy.unit {
                 1 => "second",
                 2 => "minute",
                 3 => "hour",
                 4 => "day",
-                5 => "week",
-                6 => "month",
-                7 => "year",
+                5 => "month",
+                6 => "year",
+                7 => "week",
                 other => return Err(format!("key {:?}: unit {other} is not a unit", d.key)),
             };
             limit.insert("unit".into(), unit.into());

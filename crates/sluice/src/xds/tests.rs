@@ -106,3 +106,51 @@ fn what_cannot_be_read_is_refused_with_the_resource_named() {
             .contains("does not decode")
     );
 }
+
+#[test]
+fn every_unit_is_the_references() {
+    // envoyproxy/ratelimit's RateLimitUnit: MONTH and YEAR were numbered before WEEK.
+    for (code, unit) in [
+        (1, "second"),
+        (2, "minute"),
+        (3, "hour"),
+        (4, "day"),
+        (5, "month"),
+        (6, "year"),
+        (7, "week"),
+    ] {
+        let pushed = RateLimitConfig {
+            name: "r".into(),
+            domain: "d".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "k".into(),
+                rate_limit: limit(code, 3),
+                ..RateLimitDescriptor::default()
+            }],
+        };
+        let yaml = domains_yaml(&[pushed]).expect("converts");
+        assert!(
+            yaml.contains(&format!("\"unit\":\"{unit}\"")),
+            "{code}: {yaml}"
+        );
+        sluice_core::parse_config(&yaml).expect("loads");
+    }
+}
+
+#[test]
+fn a_value_yaml_refuses_raw_is_escaped_not_a_refused_push() {
+    let value = "a\u{7f}b\u{85}c\u{9f}\u{fffe}\u{2028}é";
+    let pushed = RateLimitConfig {
+        name: "r".into(),
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "k".into(),
+            value: value.into(),
+            rate_limit: limit(1, 3),
+            ..RateLimitDescriptor::default()
+        }],
+    };
+    let yaml = domains_yaml(&[pushed]).expect("converts");
+    let config = sluice_core::parse_config(&yaml).expect("loads");
+    assert_eq!(config.rules.rules()[0].path, format!("k={value}"));
+}
