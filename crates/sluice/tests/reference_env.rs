@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use sluice_proto::envoy::ratelimit::rate_limit_response::Code;
@@ -84,11 +83,7 @@ async fn started_as_envoyproxy_ratelimit_it_serves_its_environment() {
     assert!(keys.iter().all(|k| k.starts_with("fleet-a_")), "{keys:?}");
 
     // Draining after SIGTERM, /healthcheck says 500 with no body, as the reference does.
-    let pid = child.0.id().to_string();
-    Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
+    child.sigterm();
     std::thread::sleep(Duration::from_millis(300));
     let health = common::http_get(http, "/healthcheck", &[]);
     assert_eq!((health.status, health.body.as_str()), (500, ""));
@@ -120,17 +115,7 @@ fn a_variable_that_cannot_work_stops_the_start_naming_it() {
     ] {
         let mut child = common::Running(common::ratelimit(root.path(), &env).spawn().expect("run"));
         // It must stop at once: one that started instead would wait here for good.
-        let start = std::time::Instant::now();
-        let status = loop {
-            if let Some(status) = child.0.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{env:?}: still running after 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = child.exit_within(Duration::from_secs(10), &format!("{env:?}"));
         let mut stderr = String::new();
         std::io::Read::read_to_string(&mut child.0.stderr.take().expect("stderr"), &mut stderr)
             .expect("stderr");

@@ -185,11 +185,7 @@ async fn pushed_limits_are_enforced(
         status.error
     );
 
-    let pid = child.0.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
+    child.sigterm();
     assert!(child.0.wait().expect("exit").success());
 }
 
@@ -252,21 +248,7 @@ fn waiting_for_its_first_push_it_stops_on_sigterm() {
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(child.0.try_wait().expect("wait").is_none(), "it waits");
-    let pid = child.0.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "still running 5 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    child.sigterm();
+    let status = child.exit_within(Duration::from_secs(5), "after SIGTERM");
     assert!(status.success(), "{status:?}");
 }

@@ -125,11 +125,7 @@ impl Sluice {
 
     /// Sends SIGTERM without waiting.
     pub fn send_sigterm(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        sigterm(&self.child);
     }
 
     /// Waits (at most 20 s) for the process to exit; returns its exit code.
@@ -381,4 +377,13 @@ impl KeepAlive {
         }
         Ok(status)
     }
+}
+
+/// Sends SIGTERM to `child` (a graceful stop, as Kubernetes asks one).
+pub fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
 }

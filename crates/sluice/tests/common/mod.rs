@@ -171,6 +171,29 @@ pub fn named_not_applicable(lines: &[serde_json::Value]) -> Vec<&str> {
 /// A child process, killed when dropped (also when a test fails before it stops it).
 pub struct Running(pub Child);
 
+impl Running {
+    /// Sends it SIGTERM.
+    pub fn sigterm(&self) {
+        sluice_testkit::process::sigterm(&self.0);
+    }
+
+    /// Its exit status, waiting at most `limit` (panics beyond, naming `what`): one that should
+    /// stop but does not would otherwise hold the test for good.
+    pub fn exit_within(&mut self, limit: Duration, what: &str) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what}: still running after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
