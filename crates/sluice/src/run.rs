@@ -157,19 +157,19 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             Some(t) if t.client_ca_pem.is_some() => "mutual",
             Some(_) => "on",
         };
-        let reload_metrics =
-            ReloadMetrics::register(&registry).context("registering reload metrics")?;
+        // Reload series only where the config can change while serving (as before xDS).
+        let reload_metrics = || ReloadMetrics::register(&registry).context("registering reload metrics");
         let (reload, pushed) = match live {
             Live::Files { .. } if args.reload_interval.is_zero() => (None, None),
             Live::Files { watched, load } => (
                 Some((
                     ReloadOptions::for_config(&watched, &config, args.reload_interval)
                         .loading_with(load),
-                    reload_metrics.clone(),
+                    reload_metrics()?,
                 )),
                 None,
             ),
-            Live::Pushed { from, pushes } => (None, Some((from, pushes))),
+            Live::Pushed { from, pushes } => (None, Some((from, pushes, reload_metrics()?))),
         };
         let runtime_config = Runtime::of(&config);
         let engine = Arc::new(Engine::new(
@@ -185,13 +185,8 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             server_metrics,
             registry,
         ));
-        if let Some((from, pushes)) = pushed {
-            tokio::spawn(apply_pushes(
-                Arc::clone(&state),
-                from,
-                pushes,
-                reload_metrics,
-            ));
+        if let Some((from, pushes, metrics)) = pushed {
+            tokio::spawn(apply_pushes(Arc::clone(&state), from, pushes, metrics));
         }
         let grpc = tokio::net::TcpListener::bind(grpc_addr)
             .await
