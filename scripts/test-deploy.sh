@@ -26,7 +26,7 @@ status=0
 said=$(docker run --rm --read-only --entrypoint /bin/ratelimit -e RUNTIME_ROOT=/none "$image" 2>&1) || status=$?
 [ "$status" = 64 ] && grep -q "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY" <<<"$said" \
   || { echo "image: /bin/ratelimit exited $status: $said" >&2; exit 1; }
-echo "image: $got, user $user, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
+echo "image (built and checked by ${SECONDS}s): $got, user $user, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
 
 echo "== compose demo (deploy/demo.sh)"
 export DEMO_PORT=${DEMO_PORT:-19000} DEMO_ADMIN_A=${DEMO_ADMIN_A:-19091} DEMO_ADMIN_B=${DEMO_ADMIN_B:-19092}
