@@ -229,16 +229,21 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
     /// Demand shifting above and below the limit (up to 6× it), sidecars joining and leaving:
-    /// never over `B + L·t`, and no lockout. Once demand falls to 80% of the limit, a sidecar
-    /// still waiting for its turn may deny until then (at most twice the queue the fleet makes,
+    /// never over `B + L·t`, and no lockout. Once demand falls to 80% of the limit, the bucket
+    /// an over-limit spell emptied refills at the 20% left over, up to `B / 0.2·L` (5 s); until
+    /// it holds what the sidecars ask, they still come up short and take turns, and a sidecar
+    /// waiting for its turn may deny until then (at most twice the queue the fleet makes,
     /// `2·n / starved_calls_per_sec` seconds: the price of the fleet's starved calls not
-    /// growing with it), and from then on nothing is denied.
+    /// growing with it). From then on nothing is denied. (Settling was `2·n/10 + 1` s until a
+    /// case at 58 sidecars denied 1 of 400 after it: a turn given 2.5 s after the fall, while
+    /// the bucket refilled. Leases of rate, issue 42, are to end the wait altogether.)
     #[test]
     fn a_fleet_over_and_under_the_limit_keeps_the_bound_and_recovers(
         (n, mut phases) in phases(64, 5..=600, 6_000)
     ) {
         let longest_wait_ms = (2 * n as u64 * 100).max(1_000);
-        phases.push(Phase { rps: 80, active: n, millis: longest_wait_ms + 1_000 });
+        let refill_ms = 100 * 1_000 / (100 - 80);
+        phases.push(Phase { rps: 80, active: n, millis: refill_ms + longest_wait_ms + 1_000 });
         phases.push(Phase { rps: 80, active: n, millis: 5_000 });
         let seen = run_fleet_blocking(n, &phases)?;
         prop_assert!(
