@@ -8,12 +8,27 @@ cd "$(dirname "$0")/.."
 image=${SLUICE_IMAGE:-sluice:local}
 
 # From the release binary README's walkthroughs built (scripts/test.sh runs them first): the
-# Dockerfile's builder stage checks the sources in the container and takes that binary instead
-# of compiling them a third time (8 minutes of a 2-core CI). Users' builds compile from source.
+# Dockerfile's builder stage takes that binary instead of compiling the sources a third time
+# (8 minutes of a 2-core CI; checking them there instead cost 3). Users' builds compile from
+# source; what that needs of the build context is checked below.
 [ -z "${CARGO_TARGET_DIR:-}" ] || { echo "test-deploy: CARGO_TARGET_DIR must be unset (the image takes target/release/sluice)" >&2; exit 1; }
 cargo build --release -q --locked -p sluice
 echo "== image: docker build -f deploy/Dockerfile --build-arg SLUICE_PREBUILT=target/release/sluice -t $image ."
 docker build -q -f deploy/Dockerfile --build-arg SLUICE_PREBUILT=target/release/sluice -t "$image" . >/dev/null
+# The build context (what .dockerignore lets through) holds every file the release build above
+# read (cargo's dep-info for the binary: sources, include_str!'d Lua scripts, the protos the
+# build scripts watch), every tracked source, manifest, the lock file, the toolchain pin and
+# cargo's config: what `cargo build` in that stage needs.
+docker build -q -f deploy/Dockerfile --target build --build-arg SLUICE_PREBUILT=target/release/sluice \
+  -t "$image-build" . >/dev/null
+read_by_build=$( { tr ' ' '\n' < target/release/sluice.d | grep "^$PWD/.*[^:]\$" \
+    | xargs realpath -m --relative-to="$PWD" | grep -v '^target/'
+  git ls-files '*.rs' '*.lua' '*.proto' '*Cargo.toml' Cargo.lock rust-toolchain.toml .cargo; } | sort -u)
+in_context=$(docker run --rm --entrypoint find "$image-build" . -type f | sed 's|^\./||' | sort)
+missing=$(comm -23 <(echo "$read_by_build") <(echo "$in_context"))
+[ -z "$missing" ] || { echo "image: the build context lacks files the build reads:" $missing >&2; exit 1; }
+echo "image: the build context holds the $(echo "$read_by_build" | wc -l) files the build reads"
+docker image rm -f "$image-build" >/dev/null
 want="sluice $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 got=$(docker run --rm "$image" --version)
 [ "$got" = "$want" ] || { echo "image: --version printed '$got', want '$want'" >&2; exit 1; }
