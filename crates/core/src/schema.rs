@@ -30,4 +30,4 @@ pub use domain::{DescriptorConfig, DomainFile, RateLimitConfig, ReplacesConfig, 
 pub use duration::{HumanDuration, MAX_DURATION};
 pub use file::{AdminConfig, ConfigFile, TlsConfig};
 pub use modes::{ChargeMode, Fallback, LimitOverrides, Mode};
-pub use settings::{EngineConfig, RedisSettings, ResponseSettings};
+pub use settings::{EngineConfig, RedisSettings, ResponseSettings, RlsHeaders, SentinelSettings};

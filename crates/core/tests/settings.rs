@@ -78,7 +78,7 @@ fn redis_errors_name_their_line() {
     located(
         "shadow_mode: false\nredis:\n  url: redis://a:1\n  cluster_nodes: [redis://b:2]\n",
         3,
-        "either `url` or `cluster_nodes`",
+        "give one of `url`, `cluster_nodes` and `sentinel`",
     );
     located("redis:\n  url: http://a:1\n", 2, "must start with redis://");
     located(
@@ -96,6 +96,43 @@ fn redis_errors_name_their_line() {
         3,
         "must be above zero",
     );
+    // Sentinel: a master's name (a URL carries credentials, TLS and a database, not a port).
+    let sentinel = |master: &str, nodes: &str| {
+        format!("redis:\n  sentinel:\n    master: {master}\n    nodes: [{nodes}]\n")
+    };
+    for (master, nodes, why) in [
+        ("m", "", "`nodes` lists no sentinel"),
+        (
+            "m",
+            "redis://s:1, rediss://t:1",
+            "mixes redis:// and rediss://",
+        ),
+        ("m", "http://s:1", "must start with redis://"),
+        ("redis://m:6379", "redis://s:1", "no port"),
+        (
+            "'redis://u:p@'",
+            "redis://s:1",
+            "the URL's host is the master's name",
+        ),
+        ("'http://m'", "redis://s:1", "a name or a redis://"),
+        ("''", "redis://s:1", "the name the sentinels monitor"),
+    ] {
+        located(&sentinel(master, nodes), 2, why);
+    }
+    located(
+        "redis:\n  url: redis://a:1\n  sentinel: {master: m, nodes: [redis://s:1]}\n",
+        2,
+        "give one of `url`, `cluster_nodes` and `sentinel`",
+    );
+    for (master, nodes) in [
+        ("mymaster", "redis://s:26379, redis://t:26379"),
+        ("'rediss://user:pass@mymaster/2'", "rediss://:pw@s:26379"),
+    ] {
+        let config = parse_config(&sentinel(master, nodes)).expect("valid");
+        let got = config.redis.and_then(|r| r.sentinel).expect("a sentinel");
+        assert_eq!(got.master, master.trim_matches('\''));
+        assert_eq!(got.nodes.len(), nodes.split(',').count());
+    }
     // A key prefix: a `{` would make Redis Cluster hash the prefix instead of each bucket's tag.
     for (prefix, why) in [
         ("'fleet{a}:'", "no `{` or `}`"),

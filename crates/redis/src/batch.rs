@@ -160,16 +160,11 @@ async fn collect(
         match &*conn {
             Conn::Single(c) => {
                 round_trips.inc();
-                let c = c.clone();
-                let flight = in_flight.start();
-                tasks.spawn(async move {
-                    let _flight = flight;
-                    let mut c = c;
-                    send(batch, |pipe, n| async move {
-                        redis::aio::ConnectionLike::req_packed_commands(&mut c, &pipe, 0, n).await
-                    })
-                    .await;
-                });
+                tasks.spawn(one_node(batch, c.clone(), in_flight.start()));
+            }
+            Conn::Sentinel(c) => {
+                round_trips.inc();
+                tasks.spawn(one_node(batch, c.clone(), in_flight.start()));
             }
             Conn::Cluster(c) => {
                 if slots.stale() {
@@ -196,6 +191,20 @@ async fn collect(
             }
         }
     }
+}
+
+/// One batch to a standalone Redis (or Sentinel's master) as one pipeline; `flight` counts it on
+/// its way until it is answered.
+async fn one_node(
+    batch: Vec<Item>,
+    mut conn: impl redis::aio::ConnectionLike + Send,
+    flight: FlightGuard,
+) {
+    let _flight = flight;
+    send(batch, |pipe, n| async move {
+        conn.req_packed_commands(&pipe, 0, n).await
+    })
+    .await;
 }
 
 /// Batches on their way to Redis.

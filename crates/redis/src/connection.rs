@@ -1,4 +1,5 @@
-//! Connections: a standalone Redis through a reconnecting `ConnectionManager`, or a Redis Cluster.
+//! Connections: a standalone Redis through a reconnecting `ConnectionManager`, a Redis Cluster,
+//! or the master Redis Sentinel names ([`Sentinel`]).
 
 use std::time::Duration;
 
@@ -8,6 +9,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, RedisError};
 use sluice_core::config::RedisSettings;
 
+use crate::sentinel::Sentinel;
+
 /// A connection usable by scripts; cheap to clone (both kinds multiplex one socket per node).
 #[derive(Clone)]
 pub enum Conn {
@@ -15,6 +18,8 @@ pub enum Conn {
     Single(ConnectionManager),
     /// Redis Cluster: commands are routed by key slot; MOVED/ASK are followed by redis-rs.
     Cluster(ClusterConnection),
+    /// The master Redis Sentinel names, looked up again after a failover.
+    Sentinel(Sentinel),
 }
 
 impl std::fmt::Debug for Conn {
@@ -22,6 +27,7 @@ impl std::fmt::Debug for Conn {
         f.write_str(match self {
             Conn::Single(_) => "Conn::Single",
             Conn::Cluster(_) => "Conn::Cluster",
+            Conn::Sentinel(_) => "Conn::Sentinel",
         })
     }
 }
@@ -35,6 +41,7 @@ impl Conn {
         match self {
             Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
             Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Sentinel(c) => invocation.invoke_async(&mut c.clone()).await,
         }
     }
 
@@ -45,6 +52,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
             Conn::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+            Conn::Sentinel(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
         }
     }
 
@@ -56,6 +64,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
             Conn::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
+            Conn::Sentinel(c) => cmd.query_async::<i64>(&mut c.clone()).await.map(|_| ()),
         }
     }
 
@@ -65,6 +74,7 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async::<String>(&mut c.clone()).await.map(|_| ()),
             Conn::Cluster(c) => cmd.query_async::<String>(&mut c.clone()).await.map(|_| ()),
+            Conn::Sentinel(c) => cmd.query_async::<String>(&mut c.clone()).await.map(|_| ()),
         }
     }
 }
@@ -81,12 +91,19 @@ pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
     let urls = settings.url.iter().map(|u| ("url".to_string(), u));
     let nodes = (settings.cluster_nodes.iter().enumerate())
         .map(|(i, u)| (format!("cluster_nodes[{i}]"), u));
-    for (which, u) in urls.chain(nodes) {
+    let sentinels = (settings
+        .sentinel
+        .iter()
+        .flat_map(|s| s.nodes.iter().enumerate()))
+    .map(|(i, u)| (format!("sentinel.nodes[{i}]"), u));
+    for (which, u) in urls.chain(nodes).chain(sentinels) {
         if let Err(e) = url::Url::parse(u) {
             return Err(format!("{which}: {e}"));
         }
     }
-    if is_cluster(settings) {
+    if settings.sentinel.is_some() {
+        crate::sentinel::client(settings).map_err(|e| say("sentinel", &e))?;
+    } else if is_cluster(settings) {
         for (i, node) in settings.cluster_nodes.iter().enumerate() {
             node.as_str()
                 .into_connection_info()
@@ -105,10 +122,10 @@ pub fn check_settings(settings: &RedisSettings) -> Result<(), String> {
 /// holds a configured URL or the password: a URL may carry credentials.
 pub fn explain(e: &RedisError, settings: &RedisSettings) -> String {
     let text = e.to_string();
-    let leaks = settings
-        .url
-        .iter()
-        .chain(&settings.cluster_nodes)
+    let sentinel = settings.sentinel.iter();
+    let leaks = (settings.url.iter().chain(&settings.cluster_nodes))
+        .chain(sentinel.clone().flat_map(|s| &s.nodes))
+        .chain(sentinel.map(|s| &s.master))
         .map(String::as_str)
         .chain(password(settings).as_deref())
         .any(|secret| !secret.is_empty() && text.contains(secret));
@@ -126,7 +143,10 @@ pub fn endpoints(settings: &RedisSettings) -> String {
         url.into_connection_info()
             .map_or_else(|_| "(unparsable URL)".to_string(), |i| i.addr().to_string())
     };
-    if is_cluster(settings) {
+    if let Some(sentinel) = &settings.sentinel {
+        let nodes: Vec<String> = sentinel.nodes.iter().map(|u| addr(u)).collect();
+        format!("the master of sentinels {}", nodes.join(", "))
+    } else if is_cluster(settings) {
         settings
             .cluster_nodes
             .iter()
@@ -143,7 +163,7 @@ pub fn is_cluster(settings: &RedisSettings) -> bool {
     !settings.cluster_nodes.is_empty()
 }
 
-fn password(settings: &RedisSettings) -> Option<String> {
+pub(crate) fn password(settings: &RedisSettings) -> Option<String> {
     settings
         .password_env
         .as_ref()
@@ -151,7 +171,7 @@ fn password(settings: &RedisSettings) -> Option<String> {
 }
 
 /// Trust `ca` (PEM) for `rediss://` instead of the public web roots.
-fn tls_certificates(ca: &[u8]) -> redis::TlsCertificates {
+pub(crate) fn tls_certificates(ca: &[u8]) -> redis::TlsCertificates {
     redis::TlsCertificates {
         client_tls: None,
         root_cert: Some(ca.to_vec()),
@@ -176,9 +196,12 @@ fn client_for(url: &str, settings: &RedisSettings) -> Result<redis::Client, Redi
     }
 }
 
-/// A standalone connection manager. It connects lazily and reconnects by itself, so sluice starts
-/// (degraded) even while Redis is down.
+/// A standalone connection manager, or the connection to Redis Sentinel's master. Both connect
+/// lazily and reconnect by themselves, so sluice starts (degraded) even while Redis is down.
 pub fn standalone(settings: &RedisSettings) -> Result<Conn, RedisError> {
+    if settings.sentinel.is_some() {
+        return Ok(Conn::Sentinel(Sentinel::new(settings)?));
+    }
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout.0))
         .set_response_timeout(Some(settings.timeout.0))
@@ -197,12 +220,22 @@ pub async fn subscriber(
     settings: &RedisSettings,
     attempt: usize,
 ) -> Result<redis::aio::PubSub, RedisError> {
-    let url = match settings.cluster_nodes.as_slice() {
-        [] => settings.url.as_deref().unwrap_or_default(),
-        nodes => &nodes[attempt % nodes.len()],
+    let subscribe = async {
+        let client = match settings.cluster_nodes.as_slice() {
+            // Redis replicates a message to the replicas, but the master is the one sure to be
+            // up; a failover kills its subscribers, and the caller subscribes again.
+            [] if settings.sentinel.is_some() => {
+                crate::sentinel::client(settings)?
+                    .0
+                    .async_get_client()
+                    .await?
+            }
+            [] => client(settings)?,
+            nodes => client_for(&nodes[attempt % nodes.len()], settings)?,
+        };
+        client.get_async_pubsub().await
     };
-    let client = client_for(url, settings)?;
-    match tokio::time::timeout(settings.connect_timeout.0, client.get_async_pubsub()).await {
+    match tokio::time::timeout(settings.connect_timeout.0, subscribe).await {
         Ok(pubsub) => pubsub,
         Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
     }

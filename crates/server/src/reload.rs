@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use sluice_core::ConfigError;
 use sluice_core::config::fs::read_regular_file;
 use sluice_core::config::reader::MAX_FILE_BYTES;
@@ -25,6 +25,9 @@ pub struct ReloadMetrics {
     pub reloads: IntCounterVec,
     /// `sluice_config_rules`: rules in force.
     pub rules: IntGauge,
+    /// `sluice_config_info{version}`: 1 for the config in force (its version as `sluice rules`
+    /// shows it; the one series there is).
+    pub info: IntGaugeVec,
 }
 
 impl ReloadMetrics {
@@ -39,10 +42,27 @@ impl ReloadMetrics {
                 &["outcome"],
             )?,
             rules: IntGauge::new("sluice_config_rules", "Rate-limit rules in force")?,
+            info: IntGaugeVec::new(
+                Opts::new(
+                    "sluice_config_info",
+                    "The config in force, by version (always 1)",
+                ),
+                &["version"],
+            )?,
         };
         registry.register(Box::new(m.reloads.clone()))?;
         registry.register(Box::new(m.rules.clone()))?;
+        registry.register(Box::new(m.info.clone()))?;
         Ok(m)
+    }
+
+    /// Shows the config of `state` as the one in force.
+    pub fn in_force(&self, state: &AppState) {
+        self.rules.set(state.engine.rules().rules().len() as i64);
+        self.info.reset();
+        self.info
+            .with_label_values(&[state.runtime.load().version.as_str()])
+            .set(1);
     }
 }
 
@@ -98,7 +118,7 @@ pub async fn watch(
     metrics: ReloadMetrics,
     stop: CancellationToken,
 ) {
-    metrics.rules.set(state.engine.rules().rules().len() as i64);
+    metrics.in_force(&state);
     let mut seen = match off_the_workers(&stop, {
         let (path, files) = (options.path.clone(), options.files.clone());
         move || fingerprint(&path, &files)
@@ -169,7 +189,7 @@ pub fn apply(state: &AppState, config: Config, metrics: &ReloadMetrics) {
     let version = config.version.clone();
     state.runtime.store(Arc::new(Runtime::of(&config)));
     state.engine.swap_rules(config.rules);
-    metrics.rules.set(rules as i64);
+    metrics.in_force(state);
     metrics.reloads.with_label_values(&["ok"]).inc();
     tracing::info!(version = %version, rules, "configuration reloaded");
 }

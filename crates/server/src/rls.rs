@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::bucket::Algorithm;
+use sluice_core::config::model::RlsHeaders;
 use sluice_core::descriptor::{HOLD_HEADER, format_token};
 use sluice_engine::{Code, Decision, DescriptorOutcome};
 use sluice_proto::envoy::core::HeaderValue;
@@ -12,6 +13,7 @@ use sluice_proto::envoy::ratelimit::{self as rl, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
 use crate::handler::{self, Intake, Question, Wire};
+use crate::headers;
 use crate::metrics::Api;
 use crate::state::{AppState, Runtime};
 use crate::validate;
@@ -70,8 +72,31 @@ impl Wire for Rls {
         if runtime.response.rls_dynamic_metadata {
             response.dynamic_metadata = Some(metadata::dynamic_metadata(req, decision));
         }
+        if let Some(names) = &runtime.response.rls_headers {
+            response.response_headers_to_add = limit_headers(names, decision);
+        }
         response
     }
+}
+
+/// `response.rls_headers` for `decision`, as envoyproxy/ratelimit's
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` picks them: of the limit that denied, or else of the one with
+/// the least left; none when no descriptor had a limit.
+fn limit_headers(names: &RlsHeaders, decision: &Decision) -> Vec<HeaderValue> {
+    let policies = headers::policies(decision);
+    let Some(p) = headers::tightest(&policies) else {
+        return Vec::new();
+    };
+    let header = |key: &str, value: u64| HeaderValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        ..HeaderValue::default()
+    };
+    vec![
+        header(&names.limit, p.quota),
+        header(&names.remaining, p.remaining),
+        header(&names.reset, p.reset_secs),
+    ]
 }
 
 /// Envoy's response for a decision: every `DescriptorStatus` filled.

@@ -349,3 +349,51 @@ async fn duration_until_reset_stays_a_valid_protobuf_duration() {
     );
     server.stop().await.expect("clean stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_headers_show_the_limit_that_denied_or_the_tightest() {
+    let config = format!("{CONFIG}response:\n  rls_headers: {{remaining: X-Left}}\n");
+    let server = TestServer::start(&config).await;
+    let mut rls = server.rls().await;
+    let headers = |resp: &sluice_proto::envoy::ratelimit::RateLimitResponse| {
+        (resp.response_headers_to_add.iter())
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    // Two limits: 3 a minute for the client, 100 a second for the user; the client's is tighter.
+    let both = request(
+        "edge",
+        &[&[("remote_address", "10.0.0.9")], &[("user", "u")]],
+    );
+    for left in ["2", "1", "0"] {
+        let resp = rls
+            .should_rate_limit(both.clone())
+            .await
+            .expect("rpc")
+            .into_inner();
+        let got = headers(&resp);
+        assert_eq!(
+            got[..2],
+            [pair("RateLimit-Limit", "3"), pair("X-Left", left)],
+            "{got:?}"
+        );
+        assert_eq!(got[2].0, "RateLimit-Reset");
+        let reset: u64 = got[2].1.parse().expect("seconds");
+        assert!((1..=60).contains(&reset), "{got:?}");
+    }
+    let over = rls.should_rate_limit(both).await.expect("rpc").into_inner();
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        headers(&over)[..2],
+        [pair("RateLimit-Limit", "3"), pair("X-Left", "0")]
+    );
+    // No descriptor with a limit: no headers, as upstream.
+    let none = rls
+        .should_rate_limit(request("edge", &[&[("unknown", "x")]]))
+        .await
+        .expect("rpc")
+        .into_inner();
+    assert!(none.response_headers_to_add.is_empty(), "{none:?}");
+    server.stop().await.expect("clean stop");
+}

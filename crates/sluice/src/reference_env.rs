@@ -7,7 +7,7 @@
 //! every reload is the file path's; limits pushed over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`) are
 //! that file's `domains:` ([`crate::xds`]). Each variable upstream's `src/settings/settings.go`
 //! reads is either honoured here or named at start with what sluice does instead ([`notes`]); a
-//! value that cannot work (memcache, a unix socket, Sentinel for now) stops the start with the
+//! value that cannot work (memcache, a unix socket, a client certificate) stops the start with the
 //! variable's name, never a silent pass. The reference's variables are read only without
 //! `--config`: a file config and the environment are never mixed. docs/migrating.md has the table.
 
@@ -127,8 +127,36 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
             line(&mut yaml, format!("{field}: true"));
         }
     }
+    let mut notes = Vec::new();
+    let mut response = Vec::new();
     if boolean(&get, "RESPONSE_DYNAMIC_METADATA")? {
-        line(&mut yaml, "response: {rls_dynamic_metadata: true}".into());
+        response.push("rls_dynamic_metadata: true".to_string());
+    }
+    let header_names = [
+        ("LIMIT_LIMIT_HEADER", "limit"),
+        ("LIMIT_REMAINING_HEADER", "remaining"),
+        ("LIMIT_RESET_HEADER", "reset"),
+    ];
+    if boolean(&get, "LIMIT_RESPONSE_HEADERS_ENABLED")? {
+        let names: Vec<String> = (header_names.iter())
+            .filter_map(|(var, field)| Some(format!("{field}: {}", quoted(&get(var)?))))
+            .collect();
+        response.push(format!("rls_headers: {{{}}}", names.join(", ")));
+    } else {
+        notes.extend(
+            header_names
+                .iter()
+                .filter(|(var, _)| get(var).is_some())
+                .map(|(var, _)| {
+                    (
+                        *var,
+                        "read only with LIMIT_RESPONSE_HEADERS_ENABLED=true, which is not set",
+                    )
+                }),
+        );
+    }
+    if !response.is_empty() {
+        line(&mut yaml, format!("response: {{{}}}", response.join(", ")));
     }
     if boolean(&get, "GRPC_SERVER_USE_TLS")? {
         let (Some(cert), Some(key)) = (get("GRPC_SERVER_TLS_CERT"), get("GRPC_SERVER_TLS_KEY"))
@@ -145,7 +173,6 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
             line(&mut yaml, format!("  client_ca_file: {}", quoted(&ca)));
         }
     }
-    let mut notes = Vec::new();
     match redis(&get)? {
         Some(redis) => yaml.push_str(&redis),
         None if get("REDIS_URL").is_none() && get("BACKEND_TYPE").is_none() => notes.push((

@@ -271,20 +271,41 @@ async fn apply_pushes(
     mut pushes: mpsc::Receiver<Push>,
     metrics: ReloadMetrics,
 ) {
-    metrics.rules.set(state.engine.rules().rules().len() as i64);
-    while let Some(push) = pushes.recv().await {
-        let answer = match crate::config::load_pushed(&from, &push.domains, &push.version) {
-            Ok(config) => {
-                tracing::info!(xds_version = %push.version, "limits pushed over xDS");
+    metrics.in_force(&state);
+    let from: Arc<FromEnv> = Arc::from(from);
+    while let Some(Push {
+        version,
+        domains,
+        applied,
+    }) = pushes.recv().await
+    {
+        // Parsing and checking a push of up to the message limit (4 MiB) is work for a
+        // blocking thread, not for a worker that serves decisions.
+        let loading = {
+            let (from, version) = (Arc::clone(&from), version.clone());
+            tokio::task::spawn_blocking(move || {
+                crate::config::load_pushed(&from, &domains, &version)
+            })
+        };
+        let answer = match loading.await {
+            Ok(Ok(config)) => {
+                if config.rules.rules().is_empty() {
+                    tracing::warn!(xds_version = %version, "the push over xDS holds no limits: every request is allowed until one that has some");
+                }
+                tracing::info!(xds_version = %version, "limits pushed over xDS");
                 sluice_server::reload::apply(&state, config, &metrics);
                 Ok(())
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 metrics.reloads.with_label_values(&["error"]).inc();
                 Err(e.to_string())
             }
+            Err(e) => {
+                metrics.reloads.with_label_values(&["error"]).inc();
+                Err(format!("the push could not be loaded: {e}"))
+            }
         };
-        let _ = push.applied.send(answer);
+        let _ = applied.send(answer);
     }
 }
 

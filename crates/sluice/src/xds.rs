@@ -70,30 +70,58 @@ pub fn start(settings: XdsSettings) -> mpsc::Receiver<Push> {
     rx
 }
 
-/// Keeps a stream open to the server until the receiver of pushes is gone.
+/// The shortest wait between two streams, whatever the settings: a zero interval would spin.
+const LEAST_WAIT: Duration = Duration::from_millis(100);
+
+/// Keeps a stream open to the server until the receiver of pushes is gone. A stream that ends
+/// is reopened after the initial interval, doubling up to the maximum while streams fail before
+/// any push (a stream that had one starts over from the initial interval); each wait is a
+/// random 50–100 % of the interval, so a fleet cut off by one restart of the server does not
+/// come back in step.
 async fn client(settings: XdsSettings, pushes: mpsc::Sender<Push>) {
-    let (initial, most) = settings.backoff;
-    let mut wait = initial;
+    let (initial, most) = backoff(settings.backoff);
+    let mut interval = initial;
     // The version in force: a new stream starts from it, a NACK names it.
     let mut in_force = String::new();
     loop {
-        match stream(&settings, &pushes, &mut in_force).await {
+        let mut pushed = false;
+        let error = match stream(&settings, &pushes, &mut in_force, &mut pushed).await {
             Ok(()) => return,
-            Err(e) => {
-                tracing::warn!(server = %settings.server, error = %e, retry_in = ?wait, "xDS: no stream to the management server; the limits in force stay");
-            }
+            Err(e) => e,
+        };
+        if pushed {
+            interval = initial;
         }
+        let wait = jittered(interval);
+        tracing::warn!(server = %settings.server, error = %error, retry_in = ?wait, "xDS: no stream to the management server; the limits in force stay");
         tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(most);
+        interval = (interval * 2).min(most);
     }
 }
 
-/// One stream: subscribes, then applies each push and ACKs or NACKs it. `Ok` once the receiver
-/// of pushes is gone (shutdown); `Err` when the stream fails or ends.
+/// The initial and longest interval between streams: at least [`LEAST_WAIT`], the initial one
+/// no longer than the longest.
+fn backoff((initial, most): (Duration, Duration)) -> (Duration, Duration) {
+    let most = most.max(LEAST_WAIT);
+    (initial.clamp(LEAST_WAIT, most), most)
+}
+
+/// A random 50–100 % of `interval`.
+fn jittered(interval: Duration) -> Duration {
+    use std::hash::BuildHasher as _;
+    let random = std::hash::RandomState::new().hash_one(std::time::Instant::now());
+    let fraction = 0.5 + 0.5 * (random as f64 / u64::MAX as f64);
+    interval.mul_f64(fraction)
+}
+
+/// One stream: subscribes, then applies each push and ACKs or NACKs it (`pushed` once one
+/// came). `Ok` once the receiver of pushes is gone (shutdown); `Err` when the stream fails or
+/// ends.
 async fn stream(
     settings: &XdsSettings,
     pushes: &mpsc::Sender<Push>,
     in_force: &mut String,
+    pushed: &mut bool,
 ) -> Result<(), String> {
     let channel = channel(settings).await?;
     let mut ads = AggregatedDiscoveryServiceClient::new(channel)
@@ -132,6 +160,7 @@ async fn stream(
             Ok(None) => return Err("the server ended the stream".into()),
             Err(s) => return Err(format!("{}: {}", s.code(), s.message())),
         };
+        *pushed = true;
         let answer = match configs(&response) {
             Err(why) => Err(why),
             Ok(domains) => {

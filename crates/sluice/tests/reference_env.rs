@@ -97,9 +97,9 @@ fn a_variable_that_cannot_work_stops_the_start_naming_it() {
         (
             vec![
                 ("REDIS_TYPE", "SENTINEL".to_string()),
-                ("REDIS_URL", "mymaster,127.0.0.1:26379".into()),
+                ("REDIS_URL", "127.0.0.1:26379".into()),
             ],
-            "REDIS_TYPE: SENTINEL",
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
         ),
         (
             vec![("CONFIG_TYPE", "GRPC_XDS_DELTA".to_string())],

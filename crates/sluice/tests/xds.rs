@@ -106,7 +106,8 @@ async fn pushed_limits_are_enforced(
         ["REDIS_URL", "USE_STATSD"],
         "variables named as not applicable"
     );
-    assert_eq!(server.status(NODE).acked, "1");
+    // Serving once the first push is applied; its ACK is on its way to the server.
+    until_answered(server, "1", false);
     let health = common::http_get(http, "/healthcheck", &[]);
     assert_eq!((health.status, health.body.as_str()), (200, "OK"));
 
@@ -142,6 +143,15 @@ async fn pushed_limits_are_enforced(
     let rules: serde_json::Value = serde_json::from_slice(&rules.stdout).expect("json");
     let version = rules["config_version"].as_str().expect("a version");
     assert!(version.ends_with("/xds:2"), "{version}");
+    // So do the metrics: one series, the version in force.
+    let metrics = common::http_get(http, "/metrics", &[]).body;
+    let info: Vec<&str> = (metrics.lines())
+        .filter(|l| l.starts_with("sluice_config_info{"))
+        .collect();
+    assert_eq!(
+        info,
+        [format!("sluice_config_info{{version=\"{version}\"}} 1")]
+    );
     assert_eq!(
         codes(&mut client, "tenant", "t2", 2).await,
         [Code::Ok, Code::OverLimit]

@@ -1,7 +1,7 @@
 //! sluice and envoyproxy/ratelimit itself, side by side, on one environment (issue 43): the same
 //! management server (go-control-plane) pushes both the same `RateLimitConfig`, both keep their
-//! counts in the same Redis, and the same calls get the same codes and limits from each, before
-//! and after an update. The reference is the binary `scripts/setup.sh` installs
+//! counts in the same Redis, and the same calls get the same codes, limits and limit headers
+//! (`LIMIT_RESPONSE_HEADERS_ENABLED`) from each, before and after an update. The reference is the binary `scripts/setup.sh` installs
 //! (`.tools/bin/ratelimit-reference`, envoyproxy/ratelimit's `src/service_cmd`).
 
 mod common;
@@ -31,6 +31,7 @@ fn environment(
         ("USE_STATSD", "false".into()),
         ("DEBUG_HOST", "127.0.0.1".into()),
         ("DEBUG_PORT", common::free_port().to_string()),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true".into()),
     ]);
     env
 }

@@ -88,15 +88,7 @@ impl Cluster {
             nodes.join(" "),
             ports[0]
         );
-        let container = image()
-            .with_wait_for(WaitFor::message_on_stdout("sluice-cluster-ready"))
-            .with_entrypoint("sh")
-            .with_cmd(["-c", script.as_str()])
-            .with_network("host")
-            .with_startup_timeout(Duration::from_secs(60))
-            .start()
-            .await
-            .expect("start Redis Cluster");
+        let container = on_host_network(&script, "sluice-cluster-ready", "Redis Cluster").await;
         Self { container, ports }
     }
 
@@ -107,6 +99,117 @@ impl Cluster {
             .map(|p| format!("redis://127.0.0.1:{p}"))
             .collect()
     }
+}
+
+/// Redis Sentinel: a master, one replica and three sentinels (quorum 2, a master down after 1 s),
+/// in one host-network container, the master monitored as [`Sentinel::MASTER`].
+pub struct Sentinel {
+    /// The container running every process.
+    pub container: ContainerAsync<GenericImage>,
+    /// The two Redis servers' ports: the first master, then its replica.
+    pub servers: [u16; 2],
+    /// The sentinels' ports.
+    pub sentinels: [u16; 3],
+}
+
+impl Sentinel {
+    /// The name the sentinels monitor the master under.
+    pub const MASTER: &'static str = "mymaster";
+
+    /// Starts the servers and the sentinels, and waits until every sentinel knows the replica
+    /// and the other two sentinels (so a failover can be agreed).
+    pub async fn start() -> Self {
+        let base = free_cluster_base(5);
+        let (m, r) = (base, base + 1);
+        let sentinels = [base + 2, base + 3, base + 4];
+        let server = |p: u16, more: &str| {
+            format!(
+                "redis-server --port {p} --bind 127.0.0.1 --protected-mode no --save '' --appendonly no \
+                 --daemonize yes --logfile /tmp/redis-{p}.log {more}; "
+            )
+        };
+        let sentinel = |p: u16| {
+            format!(
+                "printf 'port {p}\nbind 127.0.0.1\nprotected-mode no\ndaemonize yes\nlogfile /tmp/sentinel-{p}.log\n\
+                 sentinel monitor {name} 127.0.0.1 {m} 2\nsentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 10000\n' > /tmp/sentinel-{p}.conf; \
+                 redis-server /tmp/sentinel-{p}.conf --sentinel; ",
+                name = Self::MASTER
+            )
+        };
+        let ready: String = sentinels
+            .iter()
+            .map(|p| {
+                format!(
+                    "until redis-cli -p {p} sentinel replicas {name} | grep -q 127.0.0.1 \
+                     && [ \"$(redis-cli -p {p} sentinel sentinels {name} | grep -c '^name$')\" = 2 ]; do sleep 0.1; done; ",
+                    name = Self::MASTER
+                )
+            })
+            .collect();
+        let script = format!(
+            "{}{} until redis-cli -p {m} info replication | grep -q connected_slaves:1; do sleep 0.1; done; \
+             {}{ready} echo sluice-sentinel-ready; exec sleep infinity",
+            server(m, ""),
+            server(r, &format!("--replicaof 127.0.0.1 {m}")),
+            sentinels.iter().map(|&p| sentinel(p)).collect::<String>(),
+        );
+        let container = on_host_network(&script, "sluice-sentinel-ready", "Redis Sentinel").await;
+        Self {
+            container,
+            servers: [m, r],
+            sentinels,
+        }
+    }
+
+    /// The sentinels as `redis://127.0.0.1:PORT` URLs.
+    pub fn nodes(&self) -> Vec<String> {
+        (self.sentinels.iter())
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// The port of the master the sentinels name now.
+    pub async fn master_port(&self) -> u16 {
+        let out = self
+            .cli(&[
+                "-p",
+                &self.sentinels[0].to_string(),
+                "sentinel",
+                "get-master-addr-by-name",
+                Self::MASTER,
+            ])
+            .await;
+        let port = out.lines().nth(1).unwrap_or_default().trim();
+        port.parse()
+            .unwrap_or_else(|_| panic!("a master's port: {out:?}"))
+    }
+
+    /// Runs `redis-cli ARGS` in the container; its standard output.
+    pub async fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = vec!["redis-cli"];
+        cmd.extend_from_slice(args);
+        let mut run = self
+            .container
+            .exec(testcontainers::core::ExecCommand::new(cmd))
+            .await
+            .expect("redis-cli");
+        String::from_utf8_lossy(&run.stdout_to_vec().await.expect("output")).into_owned()
+    }
+}
+
+/// A container of the Redis image on the host's network running `script` (sh), started once it
+/// prints `ready`.
+async fn on_host_network(script: &str, ready: &str, what: &str) -> ContainerAsync<GenericImage> {
+    image()
+        .with_wait_for(WaitFor::message_on_stdout(ready))
+        .with_entrypoint("sh")
+        .with_cmd(["-c", script])
+        .with_network("host")
+        .with_startup_timeout(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start {what}: {e}"))
 }
 
 /// A port that was free a moment ago.

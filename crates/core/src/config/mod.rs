@@ -33,6 +33,7 @@ pub use crate::schema as model;
 pub use crate::schema::duration::{self, HumanDuration, MAX_DURATION};
 pub use crate::schema::{
     ChargeMode, EngineConfig, Fallback, LimitOverrides, Mode, RedisSettings, ResponseSettings,
+    SentinelSettings,
 };
 pub use fs::FsReader;
 pub use load::{Config, load_config, load_from, parse_config};

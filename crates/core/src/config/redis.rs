@@ -4,30 +4,49 @@
 use super::reader::ConfigReader;
 use super::secrets::At;
 use crate::error::ConfigError;
-use crate::schema::RedisSettings;
+use crate::schema::{RedisSettings, SentinelSettings};
 
-/// Checks `redis:`: exactly one of `url` and `cluster_nodes`, with Redis URL schemes (the Redis
-/// client parses the rest at the edge: [`Config::redis_error`](super::load::Config::redis_error)),
-/// and a set `password_env`.
+/// Checks `redis:`: exactly one of `url`, `cluster_nodes` and `sentinel`, with Redis URL
+/// schemes (the Redis client parses the rest at the edge:
+/// [`Config::redis_error`](super::load::Config::redis_error)), and a set `password_env`.
 pub(super) fn validate_redis(
     source: &dyn ConfigReader,
     at: At<'_>,
     redis: &RedisSettings,
 ) -> Result<(), ConfigError> {
     let bad = |m: String| Err(at.error(format!("redis: {m}")));
-    let urls: Vec<&String> = redis.url.iter().chain(&redis.cluster_nodes).collect();
-    match (&redis.url, redis.cluster_nodes.is_empty()) {
-        (Some(_), false) => return bad("give either `url` or `cluster_nodes`, not both".into()),
-        (None, true) => {
-            return bad("needs `url` (standalone) or `cluster_nodes` (Redis Cluster)".into());
+    let given = [
+        redis.url.is_some(),
+        !redis.cluster_nodes.is_empty(),
+        redis.sentinel.is_some(),
+    ];
+    match given.iter().filter(|&&g| g).count() {
+        0 => {
+            return bad(
+                "needs `url` (standalone), `cluster_nodes` (Redis Cluster) or `sentinel` (Redis Sentinel)"
+                    .into(),
+            );
         }
-        _ => {}
+        1 => {}
+        _ => return bad("give one of `url`, `cluster_nodes` and `sentinel`".into()),
     }
+    let sentinels = redis.sentinel.iter().flat_map(|s| &s.nodes);
+    let urls: Vec<&String> = redis
+        .url
+        .iter()
+        .chain(&redis.cluster_nodes)
+        .chain(sentinels)
+        .collect();
     for u in urls {
         if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
             // Never echo the URL: it may hold a password.
             return bad("every address must start with redis:// or rediss://".into());
         }
+    }
+    if let Some(sentinel) = &redis.sentinel
+        && let Err(why) = check_sentinel(sentinel)
+    {
+        return bad(format!("sentinel: {why}"));
     }
     if redis.batch_linger.0 >= redis.timeout.0 {
         return bad(format!(
@@ -52,6 +71,42 @@ pub(super) fn validate_redis(
         && source.env(var).is_none()
     {
         return bad(format!("password_env names {var}, which is not set"));
+    }
+    Ok(())
+}
+
+/// `redis.sentinel` on its own: a master's name (or a URL without a port whose host is one),
+/// and at least one sentinel, all over TLS or none (the master is reached as they are).
+fn check_sentinel(sentinel: &SentinelSettings) -> Result<(), String> {
+    if sentinel.nodes.is_empty() {
+        return Err("`nodes` lists no sentinel".into());
+    }
+    let tls = |u: &str| u.starts_with("rediss://");
+    if sentinel
+        .nodes
+        .iter()
+        .any(|u| tls(u) != tls(&sentinel.nodes[0]))
+    {
+        return Err("`nodes` mixes redis:// and rediss://: give every sentinel the same".into());
+    }
+    let master = sentinel.master.as_str();
+    if let Some((scheme, rest)) = master.split_once("://") {
+        if scheme != "redis" && scheme != "rediss" {
+            return Err("`master` is a name or a redis:// or rediss:// URL".into());
+        }
+        // Never echo it: it may hold a password.
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
+        if host.is_empty() {
+            return Err("`master`: the URL's host is the master's name, and it has none".into());
+        }
+        if host.contains(':') {
+            return Err("`master`: no port (the sentinels give the master's address)".into());
+        }
+    } else if master.is_empty() || !master.chars().all(|c| c.is_ascii_graphic()) {
+        return Err("`master` must be the name the sentinels monitor it under".into());
     }
     Ok(())
 }

@@ -16,6 +16,9 @@ pub struct RedisSettings {
     /// A Redis Cluster: seed nodes, each `redis://host:port` (or `rediss://`).
     #[serde(default)]
     pub cluster_nodes: Vec<String>,
+    /// A Redis behind Redis Sentinel: the master the sentinels name, asked again after a
+    /// failover.
+    pub sentinel: Option<SentinelSettings>,
     /// An environment variable holding the password (instead of putting it in the URL).
     pub password_env: Option<String>,
     /// A CA bundle (PEM, relative to the config file) to verify `rediss://` servers with, instead
@@ -67,6 +70,20 @@ pub struct RedisSettings {
     /// the bucket's own). Unset: the keys as without it.
     #[serde(default)]
     pub key_prefix: Option<String>,
+}
+
+/// `redis.sentinel`: where the sentinels are and which master of theirs holds the buckets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelSettings {
+    /// The name the sentinels monitor the master under (`mymaster`), or a URL whose host is
+    /// that name and which carries what connecting to the master needs besides its address:
+    /// `rediss://user:password@mymaster/2` (TLS, an ACL user and password, a database). No
+    /// port: the sentinels give it.
+    pub master: String,
+    /// The sentinels, each `redis://host:port` (`rediss://` for TLS, with credentials if they
+    /// require them). Bare-name masters are reached over TLS when the sentinels are.
+    pub nodes: Vec<String>,
 }
 
 fn default_push_resets() -> bool {
@@ -159,6 +176,13 @@ pub struct ResponseSettings {
     /// `RESPONSE_DYNAMIC_METADATA` does: the domain, the descriptors, and the merged `metadata`
     /// of every descriptor that passed.
     pub rls_dynamic_metadata: bool,
+    /// Three headers on every RLS answer with a limit (`response_headers_to_add`, which Envoy's
+    /// rate-limit filter puts on the response), as envoyproxy/ratelimit's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` does: the tightest limit's requests per window, what
+    /// remains of it, and seconds until it is whole again. Unset: none (Envoy's own
+    /// `enable_x_ratelimit_headers` can write them instead).
+    #[serde(deserialize_with = "rls_headers")]
+    pub rls_headers: Option<RlsHeaders>,
 }
 
 impl Default for ResponseSettings {
@@ -167,8 +191,58 @@ impl Default for ResponseSettings {
             ratelimit_headers: true,
             legacy_x_ratelimit_headers: false,
             rls_dynamic_metadata: false,
+            rls_headers: None,
         }
     }
+}
+
+/// `response.rls_headers`: the three headers' names (`LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`), upstream's by default.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlsHeaders {
+    /// The limit's requests per window.
+    pub limit: String,
+    /// What remains of it.
+    pub remaining: String,
+    /// Seconds until it is whole again.
+    pub reset: String,
+}
+
+impl Default for RlsHeaders {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// `response.rls_headers`: names Envoy takes (an HTTP token, not a `:` pseudo-header), three
+/// different ones.
+fn rls_headers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RlsHeaders>, D::Error> {
+    let Some(names) = Option::<RlsHeaders>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    for name in [&names.limit, &names.remaining, &names.reset] {
+        if name.is_empty() || name.len() > 128 || !name.bytes().all(token) {
+            return Err(serde::de::Error::custom(format!(
+                "rls_headers: {name:?} is not a header name (1 to 128 letters, digits and !#$%&'*+-.^_`|~)"
+            )));
+        }
+    }
+    let lower = |n: &String| n.to_ascii_lowercase();
+    if lower(&names.limit) == lower(&names.remaining)
+        || lower(&names.limit) == lower(&names.reset)
+        || lower(&names.remaining) == lower(&names.reset)
+    {
+        return Err(serde::de::Error::custom(
+            "rls_headers: the three names must differ",
+        ));
+    }
+    Ok(Some(names))
 }
 
 /// `engine.max_holds`: at least 1.

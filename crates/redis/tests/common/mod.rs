@@ -39,6 +39,7 @@ pub fn standalone_settings(url: &str) -> RedisSettings {
     RedisSettings {
         url: Some(url.to_string()),
         cluster_nodes: Vec::new(),
+        sentinel: None,
         password_env: None,
         tls_ca_file: None,
         tls_ca_pem: None,

@@ -135,10 +135,25 @@ pub(super) fn redis(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Strin
             writeln!(yaml, "  cluster_nodes: [{}]", nodes.join(", ")).expect("a String");
         }
         "SENTINEL" => {
-            return fail(
-                "REDIS_TYPE",
-                "SENTINEL: not built yet; point REDIS_URL at an address that follows the master",
-            );
+            // `mastername,host:port[,host:port…]`: the master's name, then the sentinels
+            // (upstream's REDIS_SOCKET_TYPE does not apply: always TCP). REDIS_AUTH is the
+            // master's, REDIS_SENTINEL_AUTH the sentinels'; REDIS_TLS is for both.
+            let mut parts = url.split(',').map(str::trim);
+            let master = parts.next().unwrap_or_default();
+            let sentinel_auth = get("REDIS_SENTINEL_AUTH");
+            let nodes = parts
+                .map(|node| redis_url(node, tls, sentinel_auth.as_deref()))
+                .collect::<Result<Vec<_>, _>>()?;
+            if master.is_empty() || master.contains(':') || nodes.is_empty() {
+                return fail(
+                    "REDIS_URL",
+                    "with REDIS_TYPE=SENTINEL, the master's name then the sentinels: mymaster,host:26379[,host:26379…]",
+                );
+            }
+            let master = redis_url(master, tls, auth.as_deref())?;
+            let nodes: Vec<String> = nodes.iter().map(|n| quoted(n)).collect();
+            writeln!(yaml, "  sentinel:\n    master: {}", quoted(&master)).expect("a String");
+            writeln!(yaml, "    nodes: [{}]", nodes.join(", ")).expect("a String");
         }
         other => {
             return fail(

@@ -100,22 +100,6 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
         "decisions are made from local leases; tracked keys are bounded by engine.max_keys",
     ),
     (
-        "LIMIT_RESPONSE_HEADERS_ENABLED",
-        "no headers on RLS answers: Envoy's enable_x_ratelimit_headers: DRAFT_VERSION_03 writes them",
-    ),
-    (
-        "LIMIT_LIMIT_HEADER",
-        "no headers on RLS answers: Envoy's enable_x_ratelimit_headers: DRAFT_VERSION_03 writes them",
-    ),
-    (
-        "LIMIT_REMAINING_HEADER",
-        "no headers on RLS answers: Envoy's enable_x_ratelimit_headers: DRAFT_VERSION_03 writes them",
-    ),
-    (
-        "LIMIT_RESET_HEADER",
-        "no headers on RLS answers: Envoy's enable_x_ratelimit_headers: DRAFT_VERSION_03 writes them",
-    ),
-    (
         "REDIS_POOL_SIZE",
         "one multiplexed connection per Redis node",
     ),
@@ -150,10 +134,6 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
     (
         "REDIS_STARTUP_MAX_ELAPSED_TIME",
         "sluice starts degraded without Redis and connects when it answers",
-    ),
-    (
-        "REDIS_SENTINEL_AUTH",
-        "read only with REDIS_TYPE=SENTINEL, which sluice does not run yet",
     ),
     (
         "REDIS_PERSECOND",
@@ -259,11 +239,11 @@ pub(super) const NOT_APPLICABLE: &[(&str, &str)] = &[
     ),
     (
         "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-        "the wait between xDS streams doubles, without jitter",
+        "the wait between xDS streams doubles (upstream takes this as its multiplier: 0.5 keeps it at the initial interval)",
     ),
     (
         "XDS_CLIENT_BACKOFF_JITTER",
-        "the wait between xDS streams doubles, without jitter",
+        "always on: each wait between xDS streams is a random 50-100 % of the interval",
     ),
 ];
 

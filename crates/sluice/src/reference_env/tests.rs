@@ -150,7 +150,12 @@ const READ: &[&str] = &[
     "REDIS_TYPE",
     "REDIS_URL",
     "REDIS_AUTH",
+    "REDIS_SENTINEL_AUTH",
     "REDIS_TLS",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
     "REDIS_TLS_CLIENT_CERT",
     "REDIS_TLS_CLIENT_KEY",
     "REDIS_TLS_CACERT",
@@ -349,6 +354,22 @@ fn redis_addresses_in_each_form_upstream_takes() {
         ]),
         "redis:\n  cluster_nodes: [\"redis://a:7000\", \"redis://b:7000\", \"redis://c:7000\"]\n"
     );
+    // Sentinel: the master's name, then the sentinels; REDIS_AUTH is the master's,
+    // REDIS_SENTINEL_AUTH the sentinels', REDIS_TLS both's (the socket type does not apply).
+    let sentinel = redis_yaml(&[
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster,s1:26379, s2:26379"),
+        ("REDIS_AUTH", "app:pw"),
+        ("REDIS_SENTINEL_AUTH", "spw"),
+        ("REDIS_TLS", "true"),
+    ]);
+    assert_eq!(
+        sentinel,
+        "redis:\n  sentinel:\n    master: \"rediss://app:pw@mymaster\"\n    nodes: [\"rediss://:spw@s1:26379\", \"rediss://:spw@s2:26379\"]\n"
+    );
+    let loaded = sluice_core::config::parse_config(&sentinel).expect("loads");
+    let got = loaded.redis.and_then(|r| r.sentinel).expect("sentinel");
+    assert_eq!(got.nodes.len(), 2);
     assert_eq!(
         with(&[
             ("REDIS_URL", "r:6379"),
@@ -367,8 +388,12 @@ fn what_cannot_work_stops_the_start_naming_the_variable() {
             "REDIS_SOCKET_TYPE: \"unix\"",
         ),
         (
-            vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "m,s1:26379")],
-            "REDIS_TYPE: SENTINEL",
+            vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "s1:26379")],
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
+        ),
+        (
+            vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "mymaster")],
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
         ),
         (
             vec![("REDIS_TYPE", "ring"), ("REDIS_URL", "r:1")],
@@ -477,4 +502,49 @@ fn modes_and_logging() {
         from.limits,
         Limits::Files(PathBuf::from("/srv/runtime_data/current/limits"))
     );
+}
+
+#[test]
+fn limit_headers_with_upstreams_names_or_the_ones_given() {
+    let yaml = |vars: &[(&str, &str)]| env(vars).expect("valid").yaml;
+    let response = |y: &str| -> Option<sluice_core::config::model::RlsHeaders> {
+        let loaded = sluice_core::config::parse_config(y);
+        loaded.expect("loads").response.rls_headers
+    };
+    let on = yaml(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]);
+    assert!(on.contains("\nresponse: {rls_headers: {}}\n"), "{on}");
+    assert_eq!(response(&on), Some(Default::default()));
+    let named = yaml(&[
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
+        ("LIMIT_REMAINING_HEADER", "X-Left"),
+    ]);
+    let got = response(&named).expect("on");
+    assert_eq!(
+        (got.limit.as_str(), got.remaining.as_str()),
+        ("RateLimit-Limit", "X-Left")
+    );
+    assert!(
+        named.contains(
+            "response: {rls_dynamic_metadata: true, rls_headers: {remaining: \"X-Left\"}}"
+        ),
+        "{named}"
+    );
+    // A name given while the headers are off does nothing, as upstream: named at start.
+    let off = env(&[("LIMIT_RESET_HEADER", "X-Reset")]).expect("valid");
+    assert!(!off.yaml.contains("rls_headers"), "{}", off.yaml);
+    assert!(
+        off.notes
+            .iter()
+            .any(|(var, _)| *var == "LIMIT_RESET_HEADER"),
+        "{:?}",
+        off.notes
+    );
+    // A name Envoy cannot take stops the start, at the config load.
+    let bad = yaml(&[
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_LIMIT_HEADER", "a b"),
+    ]);
+    let e = sluice_core::config::parse_config(&bad).expect_err("refused");
+    assert!(e.to_string().contains("is not a header name"), "{e}");
 }

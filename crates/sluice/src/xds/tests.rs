@@ -154,3 +154,28 @@ fn a_value_yaml_refuses_raw_is_escaped_not_a_refused_push() {
     let config = sluice_core::parse_config(&yaml).expect("loads");
     assert_eq!(config.rules.rules()[0].path, format!("k={value}"));
 }
+
+#[test]
+fn the_wait_between_streams_never_spins_and_never_starts_above_its_maximum() {
+    let ms = Duration::from_millis;
+    // Upstream's defaults.
+    assert_eq!(
+        backoff((Duration::from_secs(10), Duration::from_secs(60))),
+        (Duration::from_secs(10), Duration::from_secs(60))
+    );
+    // Zero would reopen a failing stream in a busy loop.
+    assert_eq!(backoff((ms(0), ms(0))), (LEAST_WAIT, LEAST_WAIT));
+    // An initial interval above the maximum starts at the maximum.
+    assert_eq!(backoff((ms(5_000), ms(1_000))), (ms(1_000), ms(1_000)));
+    for _ in 0..1_000 {
+        let wait = jittered(ms(1_000));
+        assert!((ms(500)..=ms(1_000)).contains(&wait), "{wait:?}");
+    }
+    let waits: std::collections::HashSet<Duration> =
+        (0..100).map(|_| jittered(ms(1_000))).collect();
+    assert!(
+        waits.len() > 50,
+        "the waits differ: {} distinct of 100",
+        waits.len()
+    );
+}

@@ -53,10 +53,15 @@ pub fn until_listening(port: u16) {
     }
 }
 
-/// `request` as the code, and each status's code, limit and unit: what a client of either sees.
-/// (`limit_remaining` is left out: sluice decides from leases and reports what the global bucket
-/// held at its last store call, docs/migrating.md.)
-pub fn seen(answer: &RateLimitResponse) -> Vec<(i32, Option<(u32, i32)>)> {
+/// A code, and a status's limit and unit if it has one.
+pub type Status = (i32, Option<(u32, i32)>);
+
+/// `request` as the code, and each status's code, limit and unit: what a client of either sees;
+/// and the headers to add to the response (`LIMIT_RESPONSE_HEADERS_ENABLED`), by name, with the
+/// limit's value. (`limit_remaining` and the remaining and reset headers are left out: sluice
+/// decides from leases and reports what the global bucket held at its last store call, and its
+/// bucket is whole again sooner than a fixed window, docs/migrating.md.)
+pub fn seen(answer: &RateLimitResponse) -> (Vec<Status>, Vec<String>) {
     let mut out = vec![(answer.overall_code, None)];
     out.extend(answer.statuses.iter().map(|s| {
         (
@@ -66,7 +71,13 @@ pub fn seen(answer: &RateLimitResponse) -> Vec<(i32, Option<(u32, i32)>)> {
                 .map(|l| (l.requests_per_unit, l.unit)),
         )
     }));
-    out
+    let headers = (answer.response_headers_to_add.iter())
+        .map(|h| match h.key.as_str() {
+            "RateLimit-Limit" => format!("{}: {}", h.key, h.value),
+            _ => h.key.clone(),
+        })
+        .collect();
+    (out, headers)
 }
 
 /// Waits until the next minute is at least 3 s away: the reference counts in fixed windows (a
