@@ -21,8 +21,13 @@ docker build -q -f deploy/Dockerfile --build-arg SLUICE_PREBUILT=target/release/
 # cargo's config: what `cargo build` in that stage needs.
 docker build -q -f deploy/Dockerfile --target build --build-arg SLUICE_PREBUILT=target/release/sluice \
   -t "$image-build" . >/dev/null
-read_by_build=$( { tr ' ' '\n' < target/release/sluice.d | grep "^$PWD/.*[^:]\$" \
-    | xargs realpath -m --relative-to="$PWD" | grep -v '^target/'
+root=$(pwd -P)
+dep_info=$(tr ' ' '\n' < target/release/sluice.d | grep "^$root/.*[^:]\$" \
+  | xargs realpath -m --relative-to="$root" | grep -v '^target/' || true)
+# Not vacuous: cargo's list must name the sources and the Lua scripts the binary embeds.
+grep -qx 'crates/redis/lua/lease.lua' <<<"$dep_info" && grep -qx 'crates/sluice/src/main.rs' <<<"$dep_info" \
+  || { echo "image: target/release/sluice.d does not list the build's sources" >&2; exit 1; }
+read_by_build=$( { echo "$dep_info"
   git ls-files '*.rs' '*.lua' '*.proto' '*Cargo.toml' Cargo.lock rust-toolchain.toml .cargo; } | sort -u)
 in_context=$(docker run --rm --entrypoint find "$image-build" . -type f | sed 's|^\./||' | sort)
 missing=$(comm -23 <(echo "$read_by_build") <(echo "$in_context"))

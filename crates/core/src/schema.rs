@@ -30,4 +30,6 @@ pub use domain::{DescriptorConfig, DomainFile, RateLimitConfig, ReplacesConfig, 
 pub use duration::{HumanDuration, MAX_DURATION};
 pub use file::{AdminConfig, ConfigFile, TlsConfig};
 pub use modes::{ChargeMode, Fallback, LimitOverrides, Mode};
-pub use settings::{EngineConfig, RedisSettings, ResponseSettings, RlsHeaders, SentinelSettings};
+pub use settings::{
+    EngineConfig, RedisSettings, ResponseSettings, RlsHeaders, SentinelSettings, check_header_name,
+};

@@ -8,7 +8,7 @@
 //! a call shows the master is gone or demoted (the socket fails or times out, or a write
 //! answers `READONLY`: Sentinel makes the old master a replica, up to 10 s after the switch,
 //! and kills its clients). The next call asks the sentinels again, one caller at a time, within
-//! `connect_timeout`. Calls that fail meanwhile fail as on a standalone Redis that is down: the
+//! `2 × connect_timeout + 1 s`. Calls that fail meanwhile fail as on a standalone Redis that is down: the
 //! circuit breaker and the rules' fallbacks take them.
 
 use std::sync::Arc;
@@ -32,30 +32,47 @@ pub struct Sentinel {
 
 struct Inner {
     /// Asks the sentinels; locked while one caller looks the master up.
-    sentinels: tokio::sync::Mutex<SentinelClient>,
+    sentinels: tokio::sync::Mutex<Asking>,
+    /// To build the sentinels' client again with another sentinel first.
+    settings: RedisSettings,
     /// The master's connection and the lookup it came from.
     master: ArcSwapOption<(u64, MultiplexedConnection)>,
     /// Lookups made so far (each one's number names the connection it made).
     lookups: AtomicU64,
+    /// The number of the last lookup that failed (0: none).
+    failed: AtomicU64,
+    /// New masters the sentinels announced so far (`+switch-master`).
+    switches: AtomicU64,
     config: AsyncConnectionConfig,
-    connect_timeout: Duration,
+    /// The longest one lookup may take: redis-rs asks each sentinel with its own timeouts (1 s
+    /// to connect, 0.5 s to answer), then checks the master.
+    lookup_timeout: Duration,
     db: i64,
+}
+
+/// The sentinels' client, and which sentinel it asks first.
+struct Asking {
+    client: SentinelClient,
+    first: usize,
 }
 
 impl Sentinel {
     /// A connection that looks the master up on first use, and the task that follows the
     /// sentinels' announcements (call inside a Tokio runtime; it ends with the last clone).
     pub fn new(settings: &RedisSettings) -> RedisResult<Self> {
-        let (client, db) = client(settings)?;
+        let (client, db) = client_from(settings, 0)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout.0))
             .set_response_timeout(Some(settings.timeout.0));
         let inner = Arc::new(Inner {
-            sentinels: tokio::sync::Mutex::new(client),
+            sentinels: tokio::sync::Mutex::new(Asking { client, first: 0 }),
+            settings: settings.clone(),
             master: ArcSwapOption::empty(),
             lookups: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            switches: AtomicU64::new(0),
             config,
-            connect_timeout: settings.connect_timeout.0,
+            lookup_timeout: settings.connect_timeout.0 * 2 + Duration::from_secs(1),
             db,
         });
         let announcers = announcers(settings)?;
@@ -81,6 +98,7 @@ impl Sentinel {
             .await
             .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))?
     }
+
     /// Drops the connection of `lookup` (not a newer one another caller made since), so the
     /// next call asks the sentinels again.
     fn forget(&self, lookup: u64) {
@@ -93,42 +111,75 @@ impl Sentinel {
 
 impl Inner {
     /// Asks the sentinels for the master and connects to it, one caller at a time. A caller
-    /// that waited while another asked takes that answer, a connection or a failure: however
-    /// many calls come while the master cannot be found, the sentinels are asked once per
-    /// `connect_timeout` at most.
+    /// that waited while a lookup failed takes that failure rather than asking again, so calls
+    /// that pile up while no master can be found cost one lookup, not one each (the circuit
+    /// breaker spaces the next ones).
     async fn look_up(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let seen = self.lookups.load(Ordering::Acquire);
-        let mut sentinels = self.sentinels.lock().await;
+        let mut asking = self.sentinels.lock().await;
         if let Some(current) = self.master.load_full() {
             return Ok((*current).clone());
         }
-        if self.lookups.load(Ordering::Acquire) != seen {
-            return Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                "the sentinels named no master that answered",
-            )));
+        let done = self.lookups.load(Ordering::Acquire);
+        if done != seen && self.failed.load(Ordering::Acquire) == done {
+            return Err(lost("the sentinels named no master that answered"));
         }
+        let switches = self.switches.load(Ordering::Acquire);
         let config = &self.config;
+        let client = &mut asking.client;
         let lookup = async {
-            let client = sentinels.async_get_client().await?;
-            client
+            let master = client.async_get_client().await?;
+            master
                 .get_multiplexed_async_connection_with_config(config)
                 .await
         };
-        let found = tokio::time::timeout(self.connect_timeout, lookup).await;
+        let started = std::time::Instant::now();
+        let found = tokio::time::timeout(self.lookup_timeout, lookup).await;
         let lookup = self.lookups.fetch_add(1, Ordering::AcqRel) + 1;
-        let conn = found
-            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
-        self.master.store(Some(Arc::new((lookup, conn.clone()))));
-        Ok((lookup, conn))
+        // redis-rs takes the sentinels' answers in their order: one that does not answer holds
+        // up every lookup behind it until its timeout. After a lookup that failed or was slow,
+        // the next asks the next sentinel first (a silent one ends up last, where its answer
+        // holds up nothing once an earlier sentinel named a master).
+        if found.as_ref().map_or(true, Result::is_err) || started.elapsed() > SLOW_LOOKUP {
+            let count = (self.settings.sentinel.as_ref()).map_or(1, |s| s.nodes.len().max(1));
+            let next = (asking.first + 1) % count;
+            if let Ok((client, _)) = client_from(&self.settings, next) {
+                *asking = Asking {
+                    client,
+                    first: next,
+                };
+            }
+        }
+        let failed = match found {
+            // A master announced while this one was looked up: it may be the old one.
+            Ok(Ok(_)) if self.switches.load(Ordering::Acquire) != switches => {
+                lost("the sentinels announced a new master during the lookup")
+            }
+            Ok(Ok(conn)) => {
+                self.master.store(Some(Arc::new((lookup, conn.clone()))));
+                return Ok((lookup, conn));
+            }
+            Ok(Err(e)) => e,
+            Err(_) => RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        };
+        self.failed.store(lookup, Ordering::Release);
+        Err(failed)
     }
+}
+
+/// A lookup slower than this moves the sentinel asked first to the end of the list.
+const SLOW_LOOKUP: Duration = Duration::from_millis(250);
+
+/// An error that drops the master's connection ([`master_lost`]).
+fn lost(why: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, why))
 }
 
 /// Stays subscribed to `+switch-master` on one of `sentinels` after another (a second apart when
 /// none answers) and drops the master's connection when the sentinels announce a new master for
 /// `name` (`<name> <old ip> <old port> <new ip> <new port>`): without it, writes would go on
-/// reaching the old master until Sentinel demotes it, and be lost then. Ends once `inner` is
-/// gone.
+/// reaching the old master until Sentinel demotes it, and be lost then. A sentinel that stops
+/// answering PING (every 10 s) is left for the next. Ends once `inner` is gone.
 async fn follow_switches(
     inner: std::sync::Weak<Inner>,
     sentinels: Vec<redis::Client>,
@@ -137,6 +188,8 @@ async fn follow_switches(
 ) {
     use futures_util::StreamExt as _;
     const CHECK_EVERY: Duration = Duration::from_secs(1);
+    const PING_EVERY: u32 = 10;
+    let refused = sluice_core::SampledLine::new();
     for client in sentinels.iter().cycle() {
         if inner.strong_count() == 0 {
             return;
@@ -146,11 +199,22 @@ async fn follow_switches(
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, RedisError>(pubsub)
         };
-        let Ok(Ok(pubsub)) = tokio::time::timeout(connect_timeout, subscribed).await else {
-            tokio::time::sleep(CHECK_EVERY).await;
-            continue;
+        let pubsub = match tokio::time::timeout(connect_timeout, subscribed).await {
+            Ok(Ok(pubsub)) => pubsub,
+            failed => {
+                if let Some(unlogged) = refused.sample_now() {
+                    let error = match failed {
+                        Ok(Err(e)) => format!("{:?}", e.kind()),
+                        _ => "timed out".to_string(),
+                    };
+                    tracing::warn!(%error, unlogged_since_last_line = unlogged, "Redis Sentinel: a sentinel refused the subscription to its announcements; asking the next (sampled: at most one line a second)");
+                }
+                tokio::time::sleep(CHECK_EVERY).await;
+                continue;
+            }
         };
-        let mut messages = pubsub.into_on_message();
+        let (mut sink, mut messages) = pubsub.split();
+        let mut idle = 0u32;
         loop {
             tokio::select! {
                 message = messages.next() => {
@@ -161,6 +225,7 @@ async fn follow_switches(
                         && let Some(inner) = inner.upgrade()
                     {
                         tracing::info!(switch = %text, "Redis Sentinel: a new master; connecting to it");
+                        inner.switches.fetch_add(1, Ordering::AcqRel);
                         inner.master.store(None);
                     }
                 }
@@ -168,19 +233,42 @@ async fn follow_switches(
                     if inner.strong_count() == 0 {
                         return;
                     }
+                    idle += 1;
+                    if idle.is_multiple_of(PING_EVERY) {
+                        let ping = tokio::time::timeout(connect_timeout, sink.ping::<String>());
+                        if !matches!(ping.await, Ok(Ok(_))) {
+                            break;
+                        }
+                    }
                 }
             }
         }
     }
 }
 
-/// A client of each sentinel, for its announcements: its URL's credentials and TLS, the trusted
-/// CA of `tls_ca_file`.
+/// A client of each sentinel, for its announcements: the sentinels' credentials (as
+/// [`client`] takes them: the first URL that has some), each URL's TLS, the trusted CA of
+/// `tls_ca_file`.
 fn announcers(settings: &RedisSettings) -> RedisResult<Vec<redis::Client>> {
-    let nodes = settings.sentinel.iter().flat_map(|s| &s.nodes);
+    let nodes = (settings.sentinel.iter().flat_map(|s| &s.nodes))
+        .map(|url| url.as_str().into_connection_info())
+        .collect::<RedisResult<Vec<_>>>()?;
+    let shared = (nodes.iter().map(|n| n.redis_settings()))
+        .find(|r| r.password().is_some() || r.username().is_some())
+        .cloned();
     nodes
-        .map(|url| {
-            let info = url.as_str().into_connection_info()?;
+        .into_iter()
+        .map(|mut info| {
+            if let Some(auth) = &shared {
+                let mut redis = info.redis_settings().clone();
+                if let Some(user) = auth.username() {
+                    redis = redis.set_username(user);
+                }
+                if let Some(password) = auth.password() {
+                    redis = redis.set_password(password);
+                }
+                info = info.set_redis_settings(redis);
+            }
             let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
             match &settings.tls_ca_pem {
                 Some(ca) if tls => {
@@ -258,15 +346,24 @@ impl ConnectionLike for Sentinel {
 /// TLS: the sentinels' URLs say it for them; a master URL says it for the master, a bare name
 /// takes the sentinels'. `tls_ca_file` is trusted for both.
 pub(crate) fn client(settings: &RedisSettings) -> RedisResult<(SentinelClient, i64)> {
+    client_from(settings, 0)
+}
+
+/// [`client`], asking the sentinel `first` first (then the ones after it, in order).
+fn client_from(settings: &RedisSettings, first: usize) -> RedisResult<(SentinelClient, i64)> {
     let sentinel = settings
         .sentinel
         .as_ref()
         .ok_or_else(|| invalid("no `sentinel` settings"))?;
-    let nodes = sentinel
+    let mut nodes = sentinel
         .nodes
         .iter()
         .map(|u| u.as_str().into_connection_info())
         .collect::<RedisResult<Vec<_>>>()?;
+    if !nodes.is_empty() {
+        let first = first % nodes.len();
+        nodes.rotate_left(first);
+    }
     let sentinels_tls = matches!(
         nodes.first().map(|n| n.addr()),
         Some(ConnectionAddr::TcpTls { .. })

@@ -24,6 +24,20 @@ fn settings(sentinel: &Sentinel) -> RedisSettings {
     }
 }
 
+/// A sentinel that accepts connections and never answers (a host gone silent), as
+/// `redis://127.0.0.1:PORT`; it stays until the test ends.
+fn silent_sentinel() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().map_while(Result::ok) {
+            held.push(conn);
+        }
+    });
+    url
+}
+
 /// Decides `deny` (fallback: deny) on fresh values until one is decided by Redis, not by the
 /// fallback, within `limit`; how long that took.
 async fn until_global(e: &sluice_engine::Engine, tag: &str, limit: Duration) -> Duration {
@@ -54,7 +68,12 @@ async fn the_store_follows_the_master_through_failovers() {
     let [first, second] = sentinel.servers;
     let url = |port: u16| format!("redis://127.0.0.1:{port}");
     let metrics = RedisMetrics::unregistered();
-    let store = RedisStore::start(settings(&sentinel), metrics.clone()).expect("store");
+    // The first sentinel listed never answers: every lookup and the announcements go on
+    // without it.
+    let mut with_silent = settings(&sentinel);
+    let nodes = &mut with_silent.sentinel.as_mut().expect("set").nodes;
+    nodes.insert(0, silent_sentinel());
+    let store = RedisStore::start(with_silent, metrics.clone()).expect("store");
     let e = engine(store.clone());
 
     until_global(&e, "start", Duration::from_secs(10)).await;

@@ -17,9 +17,6 @@ use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::rustls::pki_types::pem::PemObject as _;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
@@ -34,6 +31,7 @@ use crate::admission::metered::Metered;
 use crate::admission::{Admission, Charge, Scopes};
 use crate::incoming::{FirstBytes, H2_PREFACE_BYTES};
 use crate::one_task::{OneTask, Streams};
+use crate::tls::ServerTls;
 
 /// How the port serves its connections.
 #[derive(Clone)]
@@ -46,8 +44,8 @@ pub struct GrpcSettings {
     pub keepalive_timeout: Duration,
     /// The longest one request may take (a client's `grpc-timeout` may make it shorter).
     pub request_timeout: Duration,
-    /// TLS, and the longest its handshake may take.
-    pub tls: Option<(Arc<ServerConfig>, Duration)>,
+    /// TLS (its certificates as they are now), and the longest its handshake may take.
+    pub tls: Option<(Arc<ServerTls>, Duration)>,
     /// The longest a connection may take to send the HTTP/2 preface (after the TLS handshake,
     /// with TLS), and where a connection closed for it is counted: HTTP/2 pings only start
     /// after it, so a silent connection would otherwise hold its place for good.
@@ -64,7 +62,7 @@ impl GrpcSettings {
     /// The settings `limits` give the gRPC port, with `tls` if given, no preface deadline and
     /// a shutdown grace of 10 s; refusals are counted in a registry of their own (a server
     /// with metrics sets [`admission`](Self::admission) to one counting in its own).
-    pub fn new(limits: &crate::limits::Limits, tls: Option<Arc<ServerConfig>>) -> Self {
+    pub fn new(limits: &crate::limits::Limits, tls: Option<Arc<ServerTls>>) -> Self {
         let refused = prometheus::IntCounterVec::new(
             prometheus::Opts::new("sluice_refused_total", "Refusals by bound"),
             &["bound"],
@@ -76,7 +74,7 @@ impl GrpcSettings {
             keepalive_interval: limits.keepalive_interval,
             keepalive_timeout: limits.keepalive_timeout,
             request_timeout: limits.request_timeout,
-            tls: tls.map(|config| (config, limits.tls_handshake_timeout)),
+            tls: tls.map(|tls| (tls, limits.tls_handshake_timeout)),
             preface: None,
             shutdown_grace: Duration::from_secs(10),
         }
@@ -86,50 +84,6 @@ impl GrpcSettings {
     fn preface_within<IO>(&self, io: IO) -> FirstBytes<IO> {
         FirstBytes::new(io, H2_PREFACE_BYTES, self.preface.clone())
     }
-}
-
-/// Why a TLS configuration could not be built.
-#[derive(Debug, thiserror::Error)]
-#[error("TLS: {0}")]
-pub struct TlsError(String);
-
-/// The server side of TLS for `cert_pem` (a chain) and `key_pem`, requiring client certificates
-/// signed by `client_ca_pem` if given (mutual TLS), offering HTTP/2 by ALPN.
-pub fn tls_config(
-    cert_pem: &[u8],
-    key_pem: &[u8],
-    client_ca_pem: Option<&[u8]>,
-) -> Result<Arc<ServerConfig>, TlsError> {
-    use tokio_rustls::rustls::{RootCertStore, server::WebPkiClientVerifier};
-    let bad = |what: &str, e: &dyn std::fmt::Display| TlsError(format!("{what}: {e}"));
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad("certificate", &e))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad("private key", &e))?;
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad("protocol versions", &e))?;
-    let builder = match client_ca_pem {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(ca) {
-                roots
-                    .add(cert.map_err(|e| bad("client CA", &e))?)
-                    .map_err(|e| bad("client CA", &e))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| bad("client CA", &e))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| bad("certificate and key", &e))?;
-    config.alpn_protocols.push(b"h2".to_vec());
-    Ok(Arc::new(config))
 }
 
 /// Serves `routes` on the connections `incoming` yields until `stop` is cancelled; then stops
@@ -170,8 +124,8 @@ pub async fn serve<I, IO>(
                         let io = settings.preface_within(io);
                         connection(io, info, scopes, routes, &settings, stop).await;
                     }
-                    Some((config, deadline)) => {
-                        let handshake = tokio_rustls::TlsAcceptor::from(config).accept(io);
+                    Some((tls, deadline)) => {
+                        let handshake = tokio_rustls::TlsAcceptor::from(tls.config()).accept(io);
                         let handshake = tokio::select! {
                             done = tokio::time::timeout(deadline, handshake) => done,
                             // Shutting down: no new connection.

@@ -26,6 +26,7 @@
 //! - [`reload`]: live config reload by polling file contents.
 //! - [`grpc`]: the gRPC port's server (accept, TLS, HTTP/2, deadlines, graceful shutdown),
 //!   serving each connection with its streams in one task ([`one_task`]).
+//! - [`tls`]: the gRPC port's TLS, built again when its files change (certificate rotation).
 //! - [`serve`]: wiring: [`serve`](serve::serve) runs everything until a shutdown future resolves.
 
 pub mod admin;
@@ -51,6 +52,7 @@ pub mod rls;
 pub mod serve;
 pub mod shadow;
 pub mod state;
+pub mod tls;
 pub mod top;
 pub mod usage;
 pub mod validate;

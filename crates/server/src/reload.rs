@@ -28,6 +28,8 @@ pub struct ReloadMetrics {
     /// `sluice_config_info{version}`: 1 for the config in force (its version as `sluice rules`
     /// shows it; the one series there is).
     pub info: IntGaugeVec,
+    /// The `version` label of the series `info` has now.
+    shown: Arc<std::sync::Mutex<String>>,
 }
 
 impl ReloadMetrics {
@@ -49,6 +51,7 @@ impl ReloadMetrics {
                 ),
                 &["version"],
             )?,
+            shown: Arc::default(),
         };
         registry.register(Box::new(m.reloads.clone()))?;
         registry.register(Box::new(m.rules.clone()))?;
@@ -56,14 +59,39 @@ impl ReloadMetrics {
         Ok(m)
     }
 
-    /// Shows the config of `state` as the one in force.
+    /// Shows the config of `state` as the one in force: the new series is there before the old
+    /// one goes, so a scrape never sees none.
     pub fn in_force(&self, state: &AppState) {
         self.rules.set(state.engine.rules().rules().len() as i64);
-        self.info.reset();
-        self.info
-            .with_label_values(&[state.runtime.load().version.as_str()])
-            .set(1);
+        let version = label(&state.runtime.load().version);
+        let mut shown = self
+            .shown
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.info.with_label_values(&[version.as_str()]).set(1);
+        if *shown != version {
+            let _ = self.info.remove_label_values(&[shown.as_str()]);
+            *shown = version;
+        }
     }
+}
+
+/// The most bytes of a version shown as a label: a management server's version string can be
+/// long (up to the 4 MiB message), and a Prometheus with a label length limit refuses the
+/// whole scrape.
+const MOST_LABEL_BYTES: usize = 128;
+
+/// `version` as a label: itself when short; else its first bytes, `…` and a hash of the whole.
+fn label(version: &str) -> String {
+    if version.len() <= MOST_LABEL_BYTES {
+        return version.to_string();
+    }
+    let mut cut = MOST_LABEL_BYTES - 20;
+    while !version.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = fnv1a(FNV_OFFSET, version.as_bytes());
+    format!("{}…{hash:016x}", &version[..cut])
 }
 
 /// What to watch.
@@ -102,13 +130,9 @@ impl ReloadOptions {
 }
 
 fn restart_only(config: &Config) -> String {
-    use std::hash::{Hash, Hasher};
-    // TLS material's Debug hides the key: compare a hash of the PEM bytes instead.
-    let mut tls = std::hash::DefaultHasher::new();
-    if let Some(t) = &config.tls {
-        (&t.cert_pem, &t.key_pem, &t.client_ca_pem).hash(&mut tls);
-    }
-    format!("{:?}{:?}{}", config.engine, config.redis, tls.finish())
+    // Which files `tls:` names (their contents are followed as they rotate: crate::tls).
+    let tls = config.tls.as_ref().map(|t| &t.files);
+    format!("{:?}{:?}{tls:?}", config.engine, config.redis)
 }
 
 /// Polls until `stop` is cancelled.
@@ -250,7 +274,20 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> u64 {
 mod tests {
     use sluice_core::config::parse_config;
 
-    use super::restart_only;
+    use super::{MOST_LABEL_BYTES, label, restart_only};
+
+    #[test]
+    fn a_long_version_is_a_bounded_label_that_still_tells_versions_apart() {
+        assert_eq!(label("0123abcd/xds:7"), "0123abcd/xds:7");
+        let (a, b) = ("é".repeat(3_000), format!("{}x", "é".repeat(2_999)));
+        let (la, lb) = (label(&a), label(&b));
+        assert!(
+            la.len() <= MOST_LABEL_BYTES && lb.len() <= MOST_LABEL_BYTES,
+            "{la}"
+        );
+        assert_ne!(la, lb, "same first bytes, other versions");
+        assert_eq!(la, label(&a));
+    }
 
     #[test]
     fn any_redis_or_engine_field_is_a_change_that_needs_a_restart() {

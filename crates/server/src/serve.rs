@@ -23,6 +23,7 @@ use crate::reload::{ReloadMetrics, ReloadOptions};
 use crate::rlqs::RlqsService;
 use crate::rls::Rls;
 use crate::state::AppState;
+use crate::tls::ServerTls;
 use crate::usage::UsageService;
 
 /// The gRPC services sluice serves (and advertises by reflection).
@@ -52,8 +53,10 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Live reload of the config, if wanted.
     pub reload: Option<(ReloadOptions, ReloadMetrics)>,
-    /// TLS (and mutual TLS) on the gRPC port ([`crate::grpc::tls_config`]).
-    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// TLS (and mutual TLS) on the gRPC port ([`crate::tls`]).
+    pub tls: Option<Arc<ServerTls>>,
+    /// How often the TLS files are read again to follow a rotation (zero: never).
+    pub tls_reload_interval: Duration,
 }
 
 impl Default for ServeOptions {
@@ -63,6 +66,7 @@ impl Default for ServeOptions {
             shutdown_grace: Duration::from_secs(10),
             reload: None,
             tls: None,
+            tls_reload_interval: Duration::ZERO,
         }
     }
 }
@@ -146,6 +150,13 @@ pub async fn serve_with_check(
             metrics,
             background.stop.clone(),
         ));
+    }
+    if let Some(tls) = &options.tls
+        && !options.tls_reload_interval.is_zero()
+    {
+        background
+            .tasks
+            .spawn(Arc::clone(tls).watch(options.tls_reload_interval, background.stop.clone()));
     }
     let maintenance = background.tasks.spawn(
         Arc::clone(&state.engine).maintain_until(stop_maintenance.clone().cancelled_owned()),

@@ -138,9 +138,14 @@ pub fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<FromEnv, EnvError> {
         ("LIMIT_RESET_HEADER", "reset"),
     ];
     if boolean(&get, "LIMIT_RESPONSE_HEADERS_ENABLED")? {
-        let names: Vec<String> = (header_names.iter())
-            .filter_map(|(var, field)| Some(format!("{field}: {}", quoted(&get(var)?))))
-            .collect();
+        let mut names = Vec::new();
+        for (var, field) in header_names {
+            if let Some(name) = get(var) {
+                sluice_core::config::model::check_header_name(&name)
+                    .map_err(|why| EnvError(format!("{var}: {why}")))?;
+                names.push(format!("{field}: {}", quoted(&name)));
+            }
+        }
         response.push(format!("rls_headers: {{{}}}", names.join(", ")));
     } else {
         notes.extend(

@@ -11,6 +11,7 @@ use sluice_engine::{Engine, EngineMetrics, EngineSettings, GlobalStore, MemorySt
 use sluice_redis::{RedisMetrics, RedisStore};
 use sluice_server::metrics::ServerMetrics;
 use sluice_server::reload::{ReloadMetrics, ReloadOptions};
+use sluice_server::tls::ServerTls;
 use sluice_server::{AppState, Runtime, ServeOptions};
 use tokio::sync::mpsc;
 
@@ -217,20 +218,15 @@ pub fn serve(args: ServeArgs, source: Source) -> Result<(), RunError> {
             tls = tls_mode,
             "sluice serving"
         );
-        let tls = config
-            .tls
-            .as_ref()
-            .map(|t| {
-                sluice_server::grpc::tls_config(
-                    t.cert_pem.as_ref(),
-                    t.key_pem.as_ref(),
-                    t.client_ca_pem.as_deref().map(AsRef::as_ref),
-                )
-            })
+        let tls = (config.tls.as_ref())
+            .map(ServerTls::new)
             .transpose()
             .context("the gRPC port's TLS")?;
         let options = ServeOptions {
             tls,
+            // Certificates rotate whether or not the limits are reloaded from files (with xDS
+            // they are not): read as often as a config file would be.
+            tls_reload_interval: args.reload_interval,
             drain_delay: args.drain_delay,
             shutdown_grace: args.shutdown_grace,
             reload,

@@ -75,7 +75,7 @@ const LEAST_WAIT: Duration = Duration::from_millis(100);
 
 /// Keeps a stream open to the server until the receiver of pushes is gone. A stream that ends
 /// is reopened after the initial interval, doubling up to the maximum while streams fail before
-/// any push (a stream that had one starts over from the initial interval); each wait is a
+/// any push is applied (a stream that applied one starts over from the initial interval); each wait is a
 /// random 50–100 % of the interval, so a fleet cut off by one restart of the server does not
 /// come back in step.
 async fn client(settings: XdsSettings, pushes: mpsc::Sender<Push>) {
@@ -95,7 +95,7 @@ async fn client(settings: XdsSettings, pushes: mpsc::Sender<Push>) {
         let wait = jittered(interval);
         tracing::warn!(server = %settings.server, error = %error, retry_in = ?wait, "xDS: no stream to the management server; the limits in force stay");
         tokio::time::sleep(wait).await;
-        interval = (interval * 2).min(most);
+        interval = interval.saturating_mul(2).min(most);
     }
 }
 
@@ -115,7 +115,7 @@ fn jittered(interval: Duration) -> Duration {
 }
 
 /// One stream: subscribes, then applies each push and ACKs or NACKs it (`pushed` once one
-/// came). `Ok` once the receiver of pushes is gone (shutdown); `Err` when the stream fails or
+/// was applied). `Ok` once the receiver of pushes is gone (shutdown); `Err` when the stream fails or
 /// ends.
 async fn stream(
     settings: &XdsSettings,
@@ -160,7 +160,6 @@ async fn stream(
             Ok(None) => return Err("the server ended the stream".into()),
             Err(s) => return Err(format!("{}: {}", s.code(), s.message())),
         };
-        *pushed = true;
         let answer = match configs(&response) {
             Err(why) => Err(why),
             Ok(domains) => {
@@ -178,6 +177,7 @@ async fn stream(
         };
         let next = match answer {
             Ok(()) => {
+                *pushed = true;
                 tracing::info!(version = %response.version_info, "xDS: limits applied (ACK)");
                 in_force.clone_from(&response.version_info);
                 request(in_force, &response.nonce, None)

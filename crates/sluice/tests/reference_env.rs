@@ -99,7 +99,7 @@ fn a_variable_that_cannot_work_stops_the_start_naming_it() {
                 ("REDIS_TYPE", "SENTINEL".to_string()),
                 ("REDIS_URL", "127.0.0.1:26379".into()),
             ],
-            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name",
         ),
         (
             vec![("CONFIG_TYPE", "GRPC_XDS_DELTA".to_string())],

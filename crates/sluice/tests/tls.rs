@@ -160,3 +160,73 @@ async fn a_tls_client_silent_after_its_handshake_is_closed() {
         "closed after {waited:?}"
     );
 }
+
+/// Certificates rotate under a running sidecar (cert-manager renewing them, a Secret rotated
+/// under a mounted volume): the server certificate and the client CA both change to another CA's,
+/// and new connections use them within the reload interval, with no restart. Files that do not
+/// load (a key of another certificate) leave the certificates in force.
+#[test]
+fn rotated_certificates_are_used_without_a_restart() {
+    let (old, new) = (Pki::new(), Pki::new());
+    let live = tempfile::tempdir().expect("tempdir");
+    // Written as kubelet swaps a Secret's files: each replaced whole, by a rename.
+    let install = |from: &Pki, files: &[(&str, &str)]| {
+        for (name, to) in files {
+            let staged = live.path().join(format!(".{to}.new"));
+            std::fs::copy(from.path(name), &staged).expect("copy");
+            std::fs::rename(&staged, live.path().join(to)).expect("rename");
+        }
+    };
+    let all = [
+        ("server.pem", "server.pem"),
+        ("server.key", "server.key"),
+        ("ca.pem", "ca.pem"),
+    ];
+    install(&old, &all);
+    let yaml = format!(
+        "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: 100}}\ntls:\n  cert_file: {}\n  key_file: {}\n  client_ca_file: {}\n",
+        live.path().join("server.pem").display(),
+        live.path().join("server.key").display(),
+        live.path().join("ca.pem").display(),
+    );
+    let s = common::start(&yaml);
+    let port = s.grpc.port();
+    let logged = |what: &str| s.stderr.try_iter().any(|line| line.contains(what));
+    let as_client_of = |pki: &Pki| {
+        let files = [
+            pki.path("ca.pem"),
+            pki.path("client.pem"),
+            pki.path("client.key"),
+        ];
+        let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        check(port, &refs, &["--ca-file", "--cert-file", "--key-file"])
+    };
+    assert_eq!(as_client_of(&old).0, Some(0), "{}", as_client_of(&old).1);
+    assert_eq!(
+        as_client_of(&new).0,
+        Some(1),
+        "the new CA is not trusted yet"
+    );
+
+    // A key that does not match the certificate: refused, the old pair stays in force.
+    install(&new, &[("server.key", "server.key")]);
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    assert_eq!(as_client_of(&old).0, Some(0), "{}", as_client_of(&old).1);
+    assert!(
+        logged("do not load; the ones in force stay"),
+        "the refusal is logged"
+    );
+
+    install(&new, &all);
+    let started = std::time::Instant::now();
+    while as_client_of(&new).0 != Some(0) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the rotated certificates are not in force: {}",
+            as_client_of(&new).1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The old CA's clients are refused now, and the old server certificate is gone.
+    assert_eq!(as_client_of(&old).0, Some(1), "{}", as_client_of(&old).1);
+}

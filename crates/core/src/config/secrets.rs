@@ -1,7 +1,7 @@
 //! Secrets and certificates a config names: read through the [`ConfigReader`] at load time, never
 //! printed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::reader::ConfigReader;
 use crate::error::ConfigError;
@@ -16,6 +16,19 @@ pub struct TlsMaterial {
     pub key_pem: Vec<u8>,
     /// CA bundle for client certificates (mutual TLS).
     pub client_ca_pem: Option<Vec<u8>>,
+    /// Where they were read from, to read them again as they rotate.
+    pub files: TlsFiles,
+}
+
+/// Where the `tls:` files are (against the config file's directory).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TlsFiles {
+    /// `tls.cert_file`.
+    pub cert: PathBuf,
+    /// `tls.key_file`.
+    pub key: PathBuf,
+    /// `tls.client_ca_file`.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for TlsMaterial {
@@ -40,6 +53,11 @@ impl At<'_> {
     }
 }
 
+/// Whether `bytes` look like PEM (a `-----BEGIN ` line somewhere).
+pub fn looks_like_pem(bytes: &[u8]) -> bool {
+    bytes.windows(11).any(|w| w == b"-----BEGIN ")
+}
+
 /// Reads a PEM file named by `field`; it must exist and look like PEM.
 pub(crate) fn pem(
     source: &dyn ConfigReader,
@@ -50,7 +68,7 @@ pub(crate) fn pem(
     let bytes = source
         .read(&at.base.join(file))
         .map_err(|e| at.error(format!("{field} {file}: {e}")))?;
-    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+    if !looks_like_pem(&bytes) {
         return Err(at.error(format!("{field} {file}: not a PEM file")));
     }
     Ok(bytes)
@@ -70,6 +88,11 @@ pub(crate) fn tls_material(
             .as_deref()
             .map(|f| pem(source, at, "tls.client_ca_file", f))
             .transpose()?,
+        files: TlsFiles {
+            cert: at.base.join(&tls.cert_file),
+            key: at.base.join(&tls.key_file),
+            client_ca: tls.client_ca_file.as_deref().map(|f| at.base.join(f)),
+        },
     })
 }
 

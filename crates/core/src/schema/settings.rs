@@ -219,19 +219,49 @@ impl Default for RlsHeaders {
     }
 }
 
+/// Why `name` cannot be one of `response.rls_headers`, if it cannot: not an HTTP token of 1 to
+/// 128 bytes, or a header that frames the message or belongs to one hop (Envoy would refuse
+/// it or the response would break).
+pub fn check_header_name(name: &str) -> Result<(), String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > 128 || !name.bytes().all(token) {
+        let shown = if name.len() > 128 {
+            format!("a name of {} bytes", name.len())
+        } else {
+            format!("{name:?}")
+        };
+        return Err(format!(
+            "{shown} is not a header name (1 to 128 letters, digits and !#$%&'*+-.^_`|~)"
+        ));
+    }
+    const NOT_OURS: &[&str] = &[
+        "connection",
+        "content-length",
+        "host",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ];
+    if NOT_OURS.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        return Err(format!(
+            "{name:?} frames the response or belongs to one hop: name another header"
+        ));
+    }
+    Ok(())
+}
+
 /// `response.rls_headers`: names Envoy takes (an HTTP token, not a `:` pseudo-header), three
 /// different ones.
 fn rls_headers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RlsHeaders>, D::Error> {
     let Some(names) = Option::<RlsHeaders>::deserialize(d)? else {
         return Ok(None);
     };
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     for name in [&names.limit, &names.remaining, &names.reset] {
-        if name.is_empty() || name.len() > 128 || !name.bytes().all(token) {
-            return Err(serde::de::Error::custom(format!(
-                "rls_headers: {name:?} is not a header name (1 to 128 letters, digits and !#$%&'*+-.^_`|~)"
-            )));
-        }
+        check_header_name(name)
+            .map_err(|why| serde::de::Error::custom(format!("rls_headers: {why}")))?;
     }
     let lower = |n: &String| n.to_ascii_lowercase();
     if lower(&names.limit) == lower(&names.remaining)

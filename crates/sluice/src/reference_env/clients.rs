@@ -144,10 +144,11 @@ pub(super) fn redis(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Strin
             let nodes = parts
                 .map(|node| redis_url(node, tls, sentinel_auth.as_deref()))
                 .collect::<Result<Vec<_>, _>>()?;
-            if master.is_empty() || master.contains(':') || nodes.is_empty() {
+            let name_char = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+            if master.is_empty() || !master.chars().all(name_char) || nodes.is_empty() {
                 return fail(
                     "REDIS_URL",
-                    "with REDIS_TYPE=SENTINEL, the master's name then the sentinels: mymaster,host:26379[,host:26379…]",
+                    "with REDIS_TYPE=SENTINEL, the master's name (letters, digits, `.`, `_`, `-`) then the sentinels: mymaster,host:26379[,host:26379…]",
                 );
             }
             let master = redis_url(master, tls, auth.as_deref())?;

@@ -389,11 +389,18 @@ fn what_cannot_work_stops_the_start_naming_the_variable() {
         ),
         (
             vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "s1:26379")],
-            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name",
+        ),
+        (
+            vec![
+                ("REDIS_TYPE", "sentinel"),
+                ("REDIS_URL", "user@master,s1:26379"),
+            ],
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name",
         ),
         (
             vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "mymaster")],
-            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name then the sentinels",
+            "REDIS_URL: with REDIS_TYPE=SENTINEL, the master's name",
         ),
         (
             vec![("REDIS_TYPE", "ring"), ("REDIS_URL", "r:1")],
@@ -540,11 +547,18 @@ fn limit_headers_with_upstreams_names_or_the_ones_given() {
         "{:?}",
         off.notes
     );
-    // A name Envoy cannot take stops the start, at the config load.
-    let bad = yaml(&[
-        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
-        ("LIMIT_LIMIT_HEADER", "a b"),
-    ]);
-    let e = sluice_core::config::parse_config(&bad).expect_err("refused");
-    assert!(e.to_string().contains("is not a header name"), "{e}");
+    // A name Envoy cannot take stops the start, naming the variable.
+    for (name, why) in [
+        ("a b", "is not a header name"),
+        ("Content-Length", "frames the response"),
+    ] {
+        let e = refused(&[
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", name),
+        ]);
+        assert!(
+            e.starts_with("LIMIT_LIMIT_HEADER: ") && e.contains(why),
+            "{e}"
+        );
+    }
 }
