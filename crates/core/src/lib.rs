@@ -32,6 +32,7 @@ mod error;
 pub mod hash;
 pub mod path;
 mod rate;
+pub mod reserve;
 pub mod rules;
 pub mod schema;
 pub mod unit;

@@ -285,6 +285,7 @@ impl Leaser {
             least: keep,
             turn_gap,
             starved_below,
+            reserve: None,
         };
         self.lease(bucket, charge.store_key(), ask, charge.hits, now)
             .await

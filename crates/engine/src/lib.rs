@@ -50,4 +50,6 @@ pub use decision::{
 pub use engine::{Engine, Payee};
 pub use memory::MemoryStore;
 pub use metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
-pub use store::{GlobalStore, LeaseAsk, LeaseGrant, PushedReset, StoreError, next_turn};
+pub use store::{
+    GlobalStore, LeaseAsk, LeaseGrant, PushedReset, ReserveAsk, StoreError, next_turn,
+};

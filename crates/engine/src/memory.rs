@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use sluice_core::Clock;
 use sluice_core::bucket::{BucketState, Rate};
+use sluice_core::reserve::Reservations;
 
 use crate::key;
 use crate::room::{Room, Verdict};
@@ -66,6 +67,33 @@ struct Stored {
     state: BucketState,
     /// The identity of the rule it belongs to (from its store key; 0 for keys of another form).
     holder: u64,
+    /// Leases of rate on it (`sluice_core::reserve`), boxed: most buckets have none.
+    reserved: Option<Box<Reservations>>,
+}
+
+impl Stored {
+    /// Brings the bucket up to `now` where reservations change its refill (a bucket without
+    /// any refills in the caller's own step, as before).
+    fn advance(&mut self, now: u64) {
+        if let Some(r) = self.reserved.as_deref_mut() {
+            r.advance(&mut self.state, &self.rate, now);
+            if r.is_empty() {
+                self.reserved = None;
+            }
+        }
+    }
+
+    /// Tokens available at `now`, without changing the bucket.
+    fn available_at(&self, now: u64) -> f64 {
+        match self.reserved.as_deref() {
+            Some(r) => {
+                let (mut r, mut state) = (r.clone(), self.state);
+                r.advance(&mut state, &self.rate, now);
+                state.available_at(&self.rate, now)
+            }
+            None => self.state.available_at(&self.rate, now),
+        }
+    }
 }
 
 /// One RLQS client's demand: (client, milli-requests per second, expiry µs).
@@ -99,9 +127,15 @@ impl<C: Clock> MemoryStore<C> {
         let mut next_full = u64::MAX;
         let mut dropped: HashMap<u64, usize> = HashMap::new();
         self.buckets.retain(|_, b| {
-            let available = b.state.available_at(&b.rate, now);
-            // A sliding window is full only once its previous window's hits no longer count.
-            let full = available >= b.rate.burst as f64;
+            let available = b.available_at(now);
+            // A sliding window is full only once its previous window's hits no longer count;
+            // a bucket with live reservations refills more slowly, and they would be lost.
+            let reserving = b
+                .reserved
+                .as_deref()
+                .and_then(Reservations::latest_until)
+                .is_some_and(|until| until > now);
+            let full = available >= b.rate.burst as f64 && !reserving;
             if full {
                 *dropped.entry(b.holder).or_default() += 1;
             } else {
@@ -165,6 +199,7 @@ impl<C: Clock> MemoryStore<C> {
             if left == 0
                 || b.holder != hog
                 || b.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
+                || b.reserved.is_some()
             {
                 return true;
             }
@@ -185,12 +220,25 @@ impl<C: Clock> MemoryStore<C> {
         create: bool,
         f: impl FnOnce(&mut BucketState, u64) -> T,
     ) -> Option<T> {
+        self.with_stored(key, rate, create, |b, now| f(&mut b.state, now))
+    }
+
+    /// [`with_bucket`](Self::with_bucket) with the bucket's reservations: refilled to now at
+    /// `L − R` first, as `bucket.lua` refills it.
+    fn with_stored<T>(
+        &self,
+        key: &str,
+        rate: &Rate,
+        create: bool,
+        f: impl FnOnce(&mut Stored, u64) -> T,
+    ) -> Option<T> {
         let now = self.clock.now_micros();
         let id = self.id(key);
         if let Some(mut entry) = self.buckets.get_mut(&id) {
             let b = entry.value_mut();
             b.rate = *rate;
-            return Some(f(&mut b.state, now));
+            b.advance(now);
+            return Some(f(b, now));
         }
         let holder = key::identity_of(key).unwrap_or(0);
         if !create || !self.has_room(holder, now) {
@@ -202,11 +250,12 @@ impl<C: Clock> MemoryStore<C> {
                 rate: *rate,
                 state: self.room.start(holder, rate, now),
                 holder,
+                reserved: None,
             }
         });
         let b = entry.value_mut();
         b.rate = *rate;
-        Some(f(&mut b.state, now))
+        Some(f(b, now))
     }
 }
 
@@ -217,9 +266,18 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         rate: Rate,
         ask: LeaseAsk,
     ) -> StoreFuture<'a, LeaseGrant> {
-        let grant = self.with_bucket(key, &rate, true, |b, now| {
+        let grant = self.with_stored(key, &rate, true, |stored, now| {
+            let b = &mut stored.state;
             let granted = b.take_keeping_half(&rate, now, ask.want, ask.least);
             let mut grant = LeaseGrant::of(granted, b.available(&rate), &rate, now);
+            if let Some(r) = ask.reserve {
+                let held = stored.reserved.get_or_insert_with(Box::default);
+                grant.reserved =
+                    Some(held.reserve(&rate, r.holder, r.per_mille, r.ttl_micros, now));
+                if held.is_empty() {
+                    stored.reserved = None;
+                }
+            }
             if granted < ask.least && ask.turn_gap > 0 {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {
@@ -260,6 +318,11 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     }
 
     fn close_window<'a>(&'a self, key: &'a str, rate: Rate, window: u64) -> StoreFuture<'a, ()> {
+        // Only a fixed window closes, and windows are never reserved: a token bucket is left
+        // exactly as it was, not even refilled, as `close.lua` leaves it.
+        if rate.algorithm != sluice_core::bucket::Algorithm::FixedWindow {
+            return Box::pin(async { Ok(()) });
+        }
         self.with_bucket(key, &rate, false, |b, now| b.close(&rate, now, window));
         Box::pin(async { Ok(()) })
     }
@@ -267,6 +330,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     fn peek<'a>(&'a self, key: &'a str, rate: Rate) -> StoreFuture<'a, f64> {
         let now = self.clock.now_micros();
         let tokens = match self.buckets.get(&self.id(key)) {
+            Some(b) if b.rate == rate => b.available_at(now),
             Some(b) => b.state.available_at(&rate, now),
             // As it would start: its rule's evicted buckets may have left a lower level.
             None => {

@@ -29,6 +29,10 @@ pub struct LeaseGrant {
     /// caller's turn to ask again, by the store's clock. `None` when no turn was asked for, or
     /// the grant was short neither of `starved_below` nor (while turns are to come) of `least`.
     pub turn_in: Option<u64>,
+    /// A lease that asked for a reservation ([`LeaseAsk::reserve`]): the thousandths of a token
+    /// per period granted ([`sluice_core::reserve`]), from the store's answer on until the
+    /// call's send time plus the ttl. `None`: none was asked for, or the store keeps none.
+    pub reserved: Option<u64>,
 }
 
 impl LeaseGrant {
@@ -44,6 +48,7 @@ impl LeaseGrant {
                 .is_window()
                 .then(|| sluice_core::window::until_window_end(rate, now)),
             turn_in: None,
+            reserved: None,
         }
     }
 }
@@ -67,6 +72,21 @@ pub struct LeaseAsk {
     /// sign that the key is starved fleet-wide: under its limit, tokens may sit in other
     /// sidecars' leases for a while.
     pub starved_below: u64,
+    /// A lease of rate asked for in the same call: see [`ReserveAsk`].
+    pub reserve: Option<ReserveAsk>,
+}
+
+/// A reservation of part of a key's rate `L` (issue 42, [`sluice_core::reserve`]): the store
+/// refills the key's bucket at `L − R` while it lasts, and the caller fills a stock of its own
+/// at what it was granted, from the answer until its send time plus `ttl_micros`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReserveAsk {
+    /// The caller as a holder (an instance's number; a Redis store uses its own instance's).
+    pub holder: u64,
+    /// Thousandths of a token per period asked for (0 gives the reservation back).
+    pub per_mille: u64,
+    /// How long it lasts, µs (at most [`sluice_core::reserve::MAX_TTL_MICROS`]).
+    pub ttl_micros: u64,
 }
 
 impl LeaseAsk {
@@ -77,6 +97,7 @@ impl LeaseAsk {
             least: want,
             turn_gap: 0,
             starved_below: 0,
+            reserve: None,
         }
     }
 }

@@ -32,7 +32,7 @@ else
 end
 local algorithm = tonumber(ARGV[5])
 
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'prev')
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'prev', 'R', 'W', 'y', 'z')
 local tokens = tonumber(state[1])
 local ts = tonumber(state[2])
 local previous = tonumber(state[3]) or 0
@@ -42,6 +42,19 @@ if not existed then
   ts = now
   previous = 0
 end
+-- Leases of rate (token buckets; sluice_core::reserve, line for line): holder `id` reserves
+-- 'g'..id thousandths of a token per period of L (it asked 'a'..id) until 'u'..id (µs). 'R' and
+-- 'W' are the grants and the asks summed, 'y' a time no lapse comes before, 'z' one no lapse
+-- comes after. While R > 0 the bucket refills at L - R: `refill_to`.
+local reserved = tonumber(state[4]) or 0
+local reserve_asked = tonumber(state[5]) or 0
+local lapse_at = tonumber(state[6])
+local reserve_end = tonumber(state[7])
+-- Holders whose reservation lapsed during this call, deleted by `save`; and the one change
+-- `reserve` makes ({id, granted, asked, until}; granted nil: deleted).
+local lapsed = {}
+local reserve_change = nil
+local reservations_changed = false
 
 -- The window of `t` and how far into it, by exact integer arithmetic (every value is an integer
 -- below 2^53; the corrections undo a rounded division).
@@ -58,7 +71,52 @@ local function window_of(t)
   return w, into
 end
 
-if algorithm == 0 or algorithm == 3 then
+-- Refills the token bucket to `t` at L - R, or at L itself (with the very arithmetic of a
+-- bucket that never had a reservation) when nothing is reserved.
+local function refill_to(t)
+  local elapsed = t - ts
+  if elapsed < 0 then elapsed = 0 end
+  if reserved == 0 then
+    tokens = math.min(tokens + elapsed * rpu / unit, burst)
+  else
+    tokens = math.min(tokens + elapsed * (rpu * 1000 - reserved) / (unit * 1000), burst)
+  end
+  if t > ts then ts = t end
+end
+
+if algorithm == 0 and lapse_at ~= nil and lapse_at <= now then
+  -- Reservations that lapsed by now go in the order they lapsed, each after the refill up to
+  -- its lapse (at the R it was part of).
+  reservations_changed = true
+  local fields = redis.call('HGETALL', KEYS[1])
+  local held = {}
+  local ended = {}
+  for i = 1, #fields, 2 do
+    held[fields[i]] = fields[i + 1]
+  end
+  lapse_at = nil
+  for f, v in pairs(held) do
+    if string.sub(f, 1, 1) == 'u' then
+      local u = tonumber(v)
+      if u <= now then
+        table.insert(ended, {u, string.sub(f, 2)})
+      elseif lapse_at == nil or u < lapse_at then
+        lapse_at = u
+      end
+    end
+  end
+  table.sort(ended, function(a, b) return a[1] < b[1] end)
+  for _, e in ipairs(ended) do
+    refill_to(e[1])
+    reserved = reserved - (tonumber(held['g' .. e[2]]) or 0)
+    reserve_asked = reserve_asked - (tonumber(held['a' .. e[2]]) or 0)
+    lapsed[e[2]] = true
+  end
+end
+
+if algorithm == 0 then
+  refill_to(now)
+elseif algorithm == 3 then
   local elapsed = now - ts
   if elapsed < 0 then elapsed = 0 end
   tokens = math.min(tokens + elapsed * rpu / unit, burst)
@@ -112,6 +170,11 @@ local function save()
   elseif algorithm == 0 then
     if rpu > 0 then
       ttl_ms = math.ceil((burst - tokens) * unit / rpu / 1000) + 1000
+      -- Refilling more slowly while reservations last: full at the latest that long after
+      -- the last of them lapses (an absent bucket is full and reserves nothing).
+      if reserve_asked > 0 and reserve_end ~= nil and reserve_end > now then
+        ttl_ms = ttl_ms + math.ceil((reserve_end - now) / 1000)
+      end
     end
   else
     local _, into = window_of(ts)
@@ -129,6 +192,28 @@ local function save()
     redis.call('HSET', KEYS[1], 'tokens', tokens_text, 'ts', ts_text, 'prev', previous_text)
   else
     redis.call('HSET', KEYS[1], 'tokens', tokens_text, 'ts', ts_text)
+  end
+  if reservations_changed then
+    for id, _ in pairs(lapsed) do
+      redis.call('HDEL', KEYS[1], 'g' .. id, 'a' .. id, 'u' .. id)
+    end
+    if reserve_change then
+      local id = reserve_change[1]
+      if reserve_change[2] then
+        redis.call('HSET', KEYS[1], 'g' .. id, string.format('%d', reserve_change[2]),
+          'a' .. id, string.format('%d', reserve_change[3]),
+          'u' .. id, string.format('%d', reserve_change[4]))
+      else
+        redis.call('HDEL', KEYS[1], 'g' .. id, 'a' .. id, 'u' .. id)
+      end
+    end
+    if reserve_asked > 0 then
+      redis.call('HSET', KEYS[1], 'R', string.format('%d', reserved),
+        'W', string.format('%d', reserve_asked), 'y', string.format('%d', lapse_at),
+        'z', string.format('%d', reserve_end))
+    else
+      redis.call('HDEL', KEYS[1], 'R', 'W', 'y', 'z')
+    end
   end
   if ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
@@ -192,4 +277,40 @@ end
 -- What holder `id` holds (0: nothing).
 local function held_by(id)
   return tonumber(redis.call('HGET', KEYS[1], 'h' .. id)) or 0
+end
+
+-- Replaces holder `id`'s reservation by one of `asked` thousandths of a token per period for
+-- `ttl` µs and returns what is granted: min(asked, L - R of the others, L * asked / W when the
+-- asks W, this one's included, are more than L). An ask or a ttl of 0 gives it back; only a
+-- token bucket is reserved (sluice_core::reserve's Reservations::reserve). Before `save`.
+local function reserve(id, asked, ttl)
+  reservations_changed = true
+  if not lapsed[id] then
+    local old = redis.call('HMGET', KEYS[1], 'g' .. id, 'a' .. id)
+    reserved = reserved - (tonumber(old[1]) or 0)
+    reserve_asked = reserve_asked - (tonumber(old[2]) or 0)
+  end
+  reserve_change = {id, nil}
+  local total = rpu * 1000
+  if asked == 0 or ttl == 0 or algorithm ~= 0 or total == 0 or total >= 9007199254740992 then
+    return 0
+  end
+  if asked > total then asked = total end
+  local all = reserve_asked + asked
+  local granted = asked
+  if all > total then
+    local fair = math.floor(total * asked / all)
+    if fair < granted then granted = fair end
+  end
+  local free = total - reserved
+  if free < 0 then free = 0 end
+  if free < granted then granted = free end
+  if ttl > 3600000000 then ttl = 3600000000 end
+  local until_at = now + ttl
+  reserve_change = {id, granted, asked, until_at}
+  reserved = reserved + granted
+  reserve_asked = all
+  if lapse_at == nil or until_at < lapse_at then lapse_at = until_at end
+  if reserve_end == nil or until_at > reserve_end then reserve_end = until_at end
+  return granted
 end

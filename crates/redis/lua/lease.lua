@@ -11,17 +11,21 @@
 --          queue of starved callers (field `q`, the last turn given): the later of `q` and now,
 --          plus the gap (sluice_engine::next_turn). Starved sidecars then ask again one per
 --          gap, however many they are.
--- Returns  {granted, remaining_millitokens, window, ends_in, turn_in}: granted = min(want, floor
+-- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved}: granted = min(want, floor
 --          of what is available, max(least, floor of what is available above half the burst));
 --          remaining is what is available after the grant, in thousandths of a token, rounded
 --          down; window and ends_in (µs) name the window the tokens belong to and when it ends
---          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none). The
---          arithmetic is BucketState::take_keeping_half's.
+--          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none);
+--          reserved is ARGV[11]'s grant (-1: none asked for). The arithmetic is
+--          BucketState::take_keeping_half's.
 -- ARGV[10] concurrency (algorithm 3): the caller's holder id. The grant is added to what it
 --          holds, and every call (a grant of 0 too) moves its lapse on (bucket.lua's `holders`);
 --          ends_in is the hold timeout: the caller's slots lapse then unless it calls again; and
 --          `window` (none for this algorithm) is what the caller holds after the call, so it can
 --          give back slots of a grant whose answer it lost, or learn that its slots lapsed.
+--          Leases of rate: the caller as a holder of a reservation too.
+-- ARGV[11] 1: also reserve (bucket.lua's `reserve`) ARGV[12] thousandths of a token per period
+--          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for)
 if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
@@ -40,6 +44,10 @@ if above_half < 0 then above_half = 0 end
 if least < above_half then least = above_half end
 if granted > least then granted = least end
 tokens = tokens - granted
+local reserved_now = -1
+if ARGV[11] == '1' then
+  reserved_now = reserve(ARGV[10], tonumber(ARGV[12]), tonumber(ARGV[13]))
+end
 save()
 if algorithm == 3 then hold(ARGV[10], granted) end
 -- After save(): the queue lives in the bucket's hash and goes with it when it expires (a full
@@ -56,4 +64,4 @@ if gap > 0 and granted < asked_least then
 end
 local window, ends_in = window_answer()
 if algorithm == 3 then window = held_by(ARGV[10]) end
-return {granted, math.floor(available() * 1000), window, ends_in, turn_in}
+return {granted, math.floor(available() * 1000), window, ends_in, turn_in, reserved_now}

@@ -83,6 +83,7 @@ async fn every_call(settings: RedisSettings, admin: &[String]) {
             least: 1,
             turn_gap: 10_000,
             starved_below: 1,
+            reserve: None,
         };
         let g = a.lease_asking(&key, r, ask).await.expect("lease");
         assert!(g.granted >= 1, "{algorithm:?}: {g:?}");

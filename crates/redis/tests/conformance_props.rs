@@ -10,7 +10,7 @@ use proptest::test_runner::{Config, RngSeed, TestRunner};
 use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::{HumanDuration, RedisSettings};
 use sluice_core::{ManualClock, Unit};
-use sluice_engine::{GlobalStore, LeaseAsk, LeaseGrant, MemoryStore};
+use sluice_engine::{GlobalStore, LeaseAsk, LeaseGrant, MemoryStore, ReserveAsk};
 use sluice_redis::{RedisMetrics, RedisStore};
 
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +43,24 @@ fn amount() -> impl Strategy<Value = u64> {
         Just(u64::from(u32::MAX)),
         Just(u64::MAX / 2 + 1),
         Just(u64::MAX),
+    ]
+}
+
+/// A lease of rate asked with a lease, or none: one of three holders (instances), any amount,
+/// a ttl that lapses within the sequence or never does.
+fn reservation() -> impl Strategy<Value = Option<ReserveAsk>> {
+    prop_oneof![
+        1 => Just(None),
+        2 => (
+            1u64..4,
+            prop_oneof![amount(), 1u64..50_000_000],
+            prop_oneof![Just(0u64), 1u64..5_000_000, Just(u64::MAX)],
+        )
+            .prop_map(|(holder, per_mille, ttl_micros)| Some(ReserveAsk {
+                holder,
+                per_mille,
+                ttl_micros,
+            })),
     ]
 }
 
@@ -89,13 +107,15 @@ fn case() -> impl Strategy<Value = Case> {
             amount(),
             prop_oneof![Just(0u64), 1u64..1_000_000, Just(1_000_000_000)],
             amount(),
+            reservation(),
         )
-            .prop_map(|(want, least, turn_gap, starved_below)| {
+            .prop_map(|(want, least, turn_gap, starved_below, reserve)| {
                 Op::LeaseAsking(LeaseAsk {
                     want,
                     least,
                     turn_gap,
                     starved_below,
+                    reserve,
                 })
             }),
         2 => amount().prop_map(Op::Release),
@@ -119,14 +139,14 @@ fn case() -> impl Strategy<Value = Case> {
 
 /// What a grant shows, with its remaining tokens as `milli` thousandths.
 fn seen_grant(g: &LeaseGrant, milli: i64) -> Seen {
-    (g.granted, milli, g.window, g.ends_in, g.turn_in)
+    (g.granted, milli, g.window, g.ends_in, g.turn_in, g.reserved)
 }
 
 const START: u64 = 1_700_000_000_000_000;
 
 /// What each operation saw: (granted, remaining millitokens, the grant's window and its end,
-/// the caller's turn).
-type Seen = (u64, i64, u64, Option<u64>, Option<u64>);
+/// the caller's turn, its reservation).
+type Seen = (u64, i64, u64, Option<u64>, Option<u64>, Option<u64>);
 
 /// What each operation saw on the in-memory store. Releases name the window of the last grant.
 async fn on_memory(c: &Case) -> Vec<Seen> {
@@ -154,11 +174,11 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("release");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Peek => {
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Close => {
                 store
@@ -166,7 +186,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("close");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
@@ -176,6 +196,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     g.window,
                     g.ends_in,
                     g.turn_in,
+                    g.reserved,
                 )
             }
         });
@@ -200,8 +221,9 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                 seen_grant(&g, milli(g.remaining))
             }
             Op::LeaseAsking(ask) => {
+                let holder = ask.reserve.map_or(0, |r| r.holder);
                 let g = store
-                    .lease_asking_at(key, c.rate, ask, Some(now))
+                    .lease_as_at(key, c.rate, ask, holder, Some(now))
                     .await
                     .expect("lease");
                 window = g.window;
@@ -212,18 +234,18 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     .release_at(key, c.rate, n, window, Some(now))
                     .await
                     .expect("release");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Peek => {
                 let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Close => {
                 let left = store
                     .close_at(key, c.rate, window, Some(now))
                     .await
                     .expect("close");
-                (0, milli(left), 0, None, None)
+                (0, milli(left), 0, None, None, None)
             }
             Op::Charge(n, debt) => {
                 let g = store
@@ -236,6 +258,7 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     g.window,
                     g.ends_in,
                     g.turn_in,
+                    g.reserved,
                 )
             }
         });

@@ -91,6 +91,7 @@ impl Engine {
                 window: 0,
                 ends_in: None,
                 turn_in: None,
+                reserved: None,
             });
         }
         let leaser = &self.leaser;

@@ -45,6 +45,7 @@ impl Leaser {
             least: want,
             turn_gap: turn.gap,
             starved_below: want,
+            reserve: None,
         };
         let failed = self
             .lease(bucket, charge.store_key(), ask, charge.hits, now)

@@ -35,12 +35,26 @@ impl RedisStore {
         ask: LeaseAsk,
         now: Option<u64>,
     ) -> Result<LeaseGrant, StoreError> {
+        self.lease_as_at(key, rate, ask, self.holder, now).await
+    }
+
+    /// [`lease_asking_at`](Self::lease_asking_at) as holder `holder` (of concurrency slots and
+    /// reservations) instead of this instance: the conformance suite plays several instances
+    /// on one connection.
+    pub async fn lease_as_at(
+        &self,
+        key: &str,
+        rate: Rate,
+        ask: LeaseAsk,
+        holder: u64,
+        now: Option<u64>,
+    ) -> Result<LeaseGrant, StoreError> {
         self.call(&scripts::bucket_call(
             &LEASE,
             &self.at(key),
             &rate,
             now,
-            &lease_args(&ask, self.holder),
+            &lease_args(&ask, holder),
         ))
         .await
         .map(lease_grant_of)
@@ -233,22 +247,38 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
         window,
         ends_in: u64::try_from(ends_in).ok(),
         turn_in: None,
+        reserved: None,
     }
 }
 
-/// `lease.lua`'s own arguments (ARGV[6..10]), in its order: the ask, and the caller as a
-/// holder of concurrency slots.
-pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 5] {
-    [ask.want, ask.least, ask.turn_gap, ask.starved_below, holder]
+/// `lease.lua`'s own arguments (ARGV[6..13]), in its order: the ask, the caller as a holder
+/// (of concurrency slots and of reservations: this instance's number, whatever the engine
+/// named), and the reservation asked for (a flag, thousandths per period, ttl).
+pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 8] {
+    let (flag, per_mille, ttl) = match ask.reserve {
+        Some(r) => (1, r.per_mille, r.ttl_micros),
+        None => (0, 0, 0),
+    };
+    [
+        ask.want,
+        ask.least,
+        ask.turn_gap,
+        ask.starved_below,
+        holder,
+        flag,
+        per_mille,
+        ttl,
+    ]
 }
 
-/// `lease.lua`'s answer: a grant, and the caller's turn in the key's queue of starved callers
-/// (-1: none).
+/// `lease.lua`'s answer: a grant, the caller's turn in the key's queue of starved callers
+/// (-1: none), and its reservation (-1: none asked for).
 pub(super) fn lease_grant_of(
-    (granted, milli, window, ends_in, turn_in): (u64, i64, u64, i64, i64),
+    (granted, milli, window, ends_in, turn_in, reserved): (u64, i64, u64, i64, i64, i64),
 ) -> LeaseGrant {
     LeaseGrant {
         turn_in: u64::try_from(turn_in).ok(),
+        reserved: u64::try_from(reserved).ok(),
         ..grant_of((granted, milli, window, ends_in))
     }
 }
