@@ -19,6 +19,12 @@ use crate::rate::{Algorithm, BucketState, Rate};
 /// Reservations are counted in thousandths of a token per period.
 pub const PER_MILLE: u64 = 1_000;
 
+/// Of `L`, at most this many thousandths are reserved: the rest always refills the bucket, so
+/// the requests a stock cannot pay (a slice's ups and downs, a sidecar that just joined) find
+/// tokens in the store, and what stocks drop when full (their reservation outran their demand)
+/// is never all of the rate.
+pub const RESERVABLE_PER_MILLE: u64 = 800;
+
 /// The longest a reservation lasts (an hour): a holder renews long before, and `now + ttl`
 /// stays far below 2^53 µs, where Lua's numbers stop being exact.
 pub const MAX_TTL_MICROS: u64 = 3_600_000_000;
@@ -93,8 +99,9 @@ impl Reservations {
 
     /// Replaces `holder`'s reservation (after [`advance`](Self::advance) to `now`) by one of
     /// `asked` thousandths of a token per period for `ttl` µs (at most [`MAX_TTL_MICROS`]);
-    /// returns what is granted: `min(asked, L − R of the others, L·asked / W)` with `W` every
-    /// live ask (this one's included) when they are more than `L`, so shares follow demand
+    /// returns what is granted: `min(asked, C − R of the others, C·asked / W)` with `C` the
+    /// reservable part of `L` ([`RESERVABLE_PER_MILLE`]) and `W` every live ask (this one's
+    /// included) when they are more than `C`, so shares follow demand
     /// once every holder has renewed. An ask of 0 (or a ttl of 0) gives the reservation back.
     /// Only token buckets are reserved; other algorithms get 0 and keep nothing.
     pub fn reserve(&mut self, rate: &Rate, holder: u64, asked: u64, ttl: u64, now: u64) -> u64 {
@@ -103,7 +110,7 @@ impl Reservations {
             self.granted -= old.granted;
             self.asked -= old.asked;
         }
-        let total = rate.requests_per_unit as f64 * PER_MILLE as f64;
+        let total = rate.requests_per_unit as f64 * RESERVABLE_PER_MILLE as f64;
         if asked == 0
             || ttl == 0
             || rate.algorithm != Algorithm::TokenBucket

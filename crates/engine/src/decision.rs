@@ -29,6 +29,8 @@ pub struct EngineSettings {
     pub starved_calls_per_sec: u32,
     /// Most holds of concurrency limits kept at once.
     pub max_holds: u64,
+    /// Leases of rate: how long a reservation lasts at least (`None`: token leases only).
+    pub rate_lease_ttl: Option<Duration>,
 }
 
 impl From<&sluice_core::config::EngineConfig> for EngineSettings {
@@ -42,6 +44,7 @@ impl From<&sluice_core::config::EngineConfig> for EngineSettings {
             cold_lease_ttl: c.cold_lease_ttl.0.max(c.lease_ttl.0),
             starved_calls_per_sec: c.starved_calls_per_sec.max(1),
             max_holds: c.max_holds as u64,
+            rate_lease_ttl: None,
         }
     }
 }

@@ -64,13 +64,13 @@ impl Engine {
         metrics: EngineMetrics,
     ) -> Self {
         Self {
-            clock,
+            clock: clock.clone(),
             rules: ArcSwap::from_pointee(rules),
             table: BucketTable::new(settings.max_keys, metrics.clone()),
             denied: crate::top::DeniedCounts::default(),
             pushed_drops: std::sync::atomic::AtomicU64::new(0),
             holds: crate::holds::HoldCount::new(settings.max_holds),
-            leaser: Arc::new(Leaser::new(store, metrics, settings.clone())),
+            leaser: Arc::new(Leaser::new(store, metrics, settings.clone(), clock)),
             settings,
         }
     }

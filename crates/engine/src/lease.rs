@@ -19,6 +19,7 @@ use crate::store::{GlobalStore, LeaseAsk, StoreError, until};
 
 mod background;
 mod outage;
+mod rates;
 mod turns;
 
 use turns::Turn;
@@ -53,6 +54,10 @@ pub(crate) struct Leaser {
     quota_reads: tokio::sync::Semaphore,
     /// Post-paid usage on its way to the store.
     debts: Debts,
+    /// The engine's clock: when a lease of rate's answer arrived ([`rates`]).
+    clock: Arc<dyn sluice_core::Clock>,
+    /// This engine as a holder of reservations ([`rates::next_holder`]).
+    holder: u64,
     /// The line a failed lease return writes: a store that refuses every call fails every
     /// return of every sweep (about 1 900 lines in 5 s on one sidecar of a soak, issue 41).
     return_failures: sluice_core::SampledLine,
@@ -64,9 +69,12 @@ impl Leaser {
         store: Arc<dyn GlobalStore>,
         metrics: EngineMetrics,
         settings: EngineSettings,
+        clock: Arc<dyn sluice_core::Clock>,
     ) -> Self {
         Self {
             debts: Debts::new(&settings),
+            clock,
+            holder: rates::next_holder(),
             store,
             metrics,
             settings,
@@ -202,6 +210,7 @@ impl Leaser {
     fn covered(&self, bucket: &LeaseBucket, mode: Mode, hits: u64, now: u64) -> bool {
         let mut state = bucket.lock();
         state.expire(now);
+        state.fill(&bucket.rate, now);
         if hits == 0 {
             // A reading older than a lease horizon is read again (others spend meanwhile).
             state.global_known
@@ -219,6 +228,7 @@ impl Leaser {
         let (missing, demand, cold, queued_demand, denying) = {
             let mut state = bucket.lock();
             state.expire(now);
+            state.fill(&bucket.rate, now);
             let seen = state
                 .spent_since_lease
                 .saturating_add(u64::from(state.denied_since_lease));
@@ -247,6 +257,18 @@ impl Leaser {
                 gap: turn_gap,
             };
             return self.lease_by_demand(charge, turn, now).await;
+        }
+        // A lease of rate fills the stock with the key's mean demand: the store is asked only
+        // for what a request lacks, and the burst stays in the store for every sidecar.
+        if bucket.lock().rate_leased(now) {
+            let ask = LeaseAsk {
+                turn_gap,
+                starved_below: missing,
+                ..LeaseAsk::exactly(missing)
+            };
+            return self
+                .lease(bucket, charge.store_key(), ask, charge.hits, now)
+                .await;
         }
         let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
         let share = self.fleet_share(bucket.rate.burst, missing);
@@ -342,6 +364,8 @@ impl Leaser {
             return Some(e);
         }
         let want = ask.want;
+        let reserve = self.reserve_ask(bucket, now);
+        let ask = LeaseAsk { reserve, ..ask };
         let started = Instant::now();
         let result = self.store.lease_asking(store_key, bucket.rate, ask).await;
         self.observe(StoreOp::Lease, started, &result);
@@ -353,9 +377,12 @@ impl Leaser {
             }
         };
         self.metrics.tokens_granted(grant.granted);
+        let arrived = self.clock.now_micros();
         let lost_grant = {
             let mut state = bucket.lock();
             state.expire(now);
+            state.fill(&bucket.rate, arrived);
+            Self::apply_reserved(&mut state, reserve, &grant, now, arrived);
             let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
             // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
             // it has (emptied at each grant, as a rate's is, it would refuse everything while the

@@ -335,7 +335,7 @@ pub fn settle(
                 // demand it saw, which a refill ahead would cut short.
                 refill_ahead = mode == Mode::Strict
                     && t.store == StoreStatus::Up
-                    && s.lease_is_low()
+                    && (s.lease_is_low() || s.rate_lease_due(&t.rate, now))
                     && now >= s.retry_at()
                     && !s.queued;
             }
@@ -416,6 +416,7 @@ pub fn settle(
 }
 
 mod owed;
+pub mod rate_lease;
 mod state;
 #[cfg(test)]
 mod tests;

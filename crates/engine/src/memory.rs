@@ -268,6 +268,12 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
     ) -> StoreFuture<'a, LeaseGrant> {
         let grant = self.with_stored(key, &rate, true, |stored, now| {
             let b = &mut stored.state;
+            if let Some(r) = ask.reserve
+                && r.give_back > 0
+                && rate.algorithm == sluice_core::bucket::Algorithm::TokenBucket
+            {
+                b.give_back(&rate, now, r.give_back, 0);
+            }
             let granted = b.take_keeping_half(&rate, now, ask.want, ask.least);
             let mut grant = LeaseGrant::of(granted, b.available(&rate), &rate, now);
             if let Some(r) = ask.reserve {

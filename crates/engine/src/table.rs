@@ -328,7 +328,11 @@ impl BucketTable {
             let held = now.saturating_sub(state.leased_at);
             // A starved key's lease is sized for its wait until its next turn, and is its share
             // of what refilled since the turn before it: kept as long as that wait may be.
-            let lapsed = if state.queued {
+            // A lease of rate's stock is kept while the reservation fills it: it is this
+            // instance's share of the rate, capped, not tokens taken from the burst.
+            let lapsed = if state.rate_leased(now) {
+                false
+            } else if state.queued {
                 held > starved_ttl
             } else if state.cold_lease {
                 held > cold_ttl

@@ -221,6 +221,9 @@ impl World {
             // `engine/src/engine/tests/fleet.rs`, covers turns on a remote store).
             starved_calls_per_sec: 10,
             max_holds: 1_000_000,
+            // In process: leases of rate are for remote stores (the fleet simulator's
+            // property covers them).
+            rate_lease_ttl: None,
         };
         let engines = (0..2)
             .map(|_| {

@@ -6,10 +6,10 @@
 //! "admitted of B+L·T" there.
 
 use crate::run::Outcome;
-use crate::scenario::Arrivals;
+use crate::scenario::{Arrivals, Leases};
 
 /// The table's head.
-pub const HEAD: &str = "| scenario | sidecars | demand | arrivals | burst | requests | exact admits | sluice admits | false denials | short of exact | over B+L·t | admitted of B+L·T | store calls/s | of them leases, returns | waited on the store | timed out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+pub const HEAD: &str = "| scenario | sidecars | demand | arrivals | burst | requests | exact admits | sluice admits | false denials | short of exact | over B+L·t (from the start; in any window) | admitted of B+L·T | store calls/s | of them leases, returns | waited on the store | timed out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// One run's row.
 pub fn row(o: &Outcome) -> String {
@@ -29,7 +29,10 @@ pub fn row(o: &Outcome) -> String {
     };
     format!(
         "| {} | {} | {:.0}% | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.1}% | {:.1} | {}, {} | {} | {} |",
-        c.name,
+        match c.leases {
+            Leases::Tokens => c.name.clone(),
+            Leases::Rates => format!("{} (rates)", c.name),
+        },
         c.sidecars,
         c.demand * 100.0,
         arrivals,
@@ -40,10 +43,9 @@ pub fn row(o: &Outcome) -> String {
         o.false_denials,
         pct(o.false_denials, o.requests),
         o.exact_admitted.saturating_sub(o.admitted),
-        if o.over > 0.0 {
-            format!("**{:.1}**", o.over)
-        } else {
-            "no".to_string()
+        match (o.over > 0.0, o.over_window > 0.0) {
+            (false, false) => "no".to_string(),
+            _ => format!("**{:.1}** (any window: **{:.1}**)", o.over, o.over_window),
         },
         100.0 * o.admitted as f64 / o.bound,
         o.calls_per_sec(),

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::arrivals::{self, Arrival};
 use crate::clock::SimClock;
 use crate::exact::Exact;
-use crate::scenario::Case;
+use crate::scenario::{Case, Leases};
 use crate::store::SimStore;
 
 /// What a run saw.
@@ -35,6 +35,9 @@ pub struct Outcome {
     /// The most sluice had admitted beyond `B + L·t` at any moment (`t` from the first
     /// request); 0 or less: within the bound throughout.
     pub over: f64,
+    /// The most sluice admitted beyond `B + L·w` in any window of length `w` (an exact limiter
+    /// never admits more than its burst plus what refilled in the window); 0 or less: within.
+    pub over_window: f64,
     /// `B + L·T` for the whole run.
     pub bound: f64,
     /// Store calls on the key while requests were decided (leases, returns, everything else).
@@ -80,7 +83,11 @@ impl Sidecar {
             rules,
             store.clone(),
             Arc::new(clock),
-            EngineSettings::default(),
+            EngineSettings {
+                rate_lease_ttl: (case.leases == Leases::Rates)
+                    .then(|| std::time::Duration::from_secs(10)),
+                ..EngineSettings::default()
+            },
             EngineMetrics::unregistered(),
         ));
         let (stop, stopped) = oneshot::channel::<()>();
@@ -203,9 +210,25 @@ fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Cou
         .enumerate()
         .map(|(k, &t)| (k + 1) as f64 - bound_at(t))
         .fold(f64::NEG_INFINITY, f64::max);
+    // B + L·(t_k − t_j) over every window [t_j, t_k] of admissions: k − j + 1 admitted there.
+    // The most over it is the most of (k − L·t_k) + (1 − j + L·t_j) for j ≤ k, less B.
+    let per_us = case.limit as f64 / 1e6;
+    let mut best_start = f64::NEG_INFINITY;
+    let mut over_window = f64::NEG_INFINITY;
+    for (k, &t) in answered.iter().enumerate() {
+        let at = (t.saturating_sub(first)) as f64;
+        best_start = best_start.max(1.0 - (k + 1) as f64 + per_us * at);
+        over_window =
+            over_window.max((k + 1) as f64 - per_us * at + best_start - case.burst as f64);
+    }
     Outcome {
         case: case.clone(),
         requests: arrivals.len() as u64,
+        over_window: if answered.is_empty() {
+            0.0
+        } else {
+            over_window
+        },
         admitted: answered.len() as u64,
         exact_admitted,
         false_denials,

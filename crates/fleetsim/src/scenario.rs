@@ -27,6 +27,20 @@ pub enum Arrivals {
     Churn,
 }
 
+/// How sidecars lease from the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leases {
+    /// Token leases only (the default engine).
+    Tokens,
+    /// Leases of rate too (`engine.rate_lease_ttl: 10s`).
+    Rates,
+}
+
+fn default_leases() -> Vec<Leases> {
+    vec![Leases::Tokens]
+}
+
 /// A grid of runs: every list is a dimension.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +75,9 @@ pub struct Grid {
     /// The seed of every random choice in the run (arrivals, jitter).
     #[serde(default)]
     pub seed: u64,
+    /// Lease policies (default `[tokens]`).
+    #[serde(default = "default_leases")]
+    pub leases: Vec<Leases>,
 }
 
 fn default_seconds() -> u64 {
@@ -102,6 +119,8 @@ pub struct Case {
     pub outages: Vec<(u64, u64)>,
     /// The seed.
     pub seed: u64,
+    /// The lease policy.
+    pub leases: Leases,
 }
 
 impl Case {
@@ -138,6 +157,9 @@ pub fn parse(text: &str) -> anyhow::Result<File> {
                 .any(|d| !(d.is_finite() && *d > 0.0 && *d <= 100.0))
         {
             return Err(bad("demand: a list of fractions of the limit in (0, 100]"));
+        }
+        if g.leases.is_empty() {
+            return Err(bad("leases: a non-empty list of tokens | rates"));
         }
         if g.arrivals.is_empty() || g.burst.is_empty() || g.burst.contains(&0) {
             return Err(bad(
@@ -178,7 +200,11 @@ impl Grid {
         for &sidecars in &self.sidecars {
             for &demand in &self.demand {
                 for &arrivals in &self.arrivals {
-                    for &burst in &self.burst {
+                    for (&burst, &leases) in self
+                        .burst
+                        .iter()
+                        .flat_map(|b| self.leases.iter().map(move |l| (b, l)))
+                    {
                         cases.push(Case {
                             name: self.name.clone(),
                             sidecars,
@@ -196,6 +222,7 @@ impl Grid {
                                 .map(|[from, to]| (us(from * 1_000.0), us(to * 1_000.0)))
                                 .collect(),
                             seed: self.seed,
+                            leases,
                         });
                     }
                 }

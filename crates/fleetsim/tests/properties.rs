@@ -17,7 +17,7 @@
 
 use proptest::prelude::*;
 use sluice_fleetsim::run::run;
-use sluice_fleetsim::scenario::{Arrivals, Case};
+use sluice_fleetsim::scenario::{Arrivals, Case, Leases};
 
 fn arrivals() -> impl Strategy<Value = Arrivals> {
     prop_oneof![
@@ -54,6 +54,7 @@ fn fleet(
         timeout_us: 50_000,
         outages: Vec::new(),
         seed,
+        leases: Leases::Tokens,
     }
 }
 
@@ -71,9 +72,11 @@ fn case(demand: std::ops::Range<f64>) -> impl Strategy<Value = Case> {
         100u64..=5_000,
         0u64..=3_000,
         any::<u64>(),
+        prop_oneof![Just(Leases::Tokens), Just(Leases::Rates)],
     )
-        .prop_map(|(n, d, a, l, b, s, rtt, jitter, seed)| {
-            fleet(n, d, a, l, b, s, rtt, jitter, seed)
+        .prop_map(|(n, d, a, l, b, s, rtt, jitter, seed, leases)| Case {
+            leases,
+            ..fleet(n, d, a, l, b, s, rtt, jitter, seed)
         })
 }
 

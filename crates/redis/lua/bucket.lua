@@ -280,8 +280,9 @@ local function held_by(id)
 end
 
 -- Replaces holder `id`'s reservation by one of `asked` thousandths of a token per period for
--- `ttl` µs and returns what is granted: min(asked, L - R of the others, L * asked / W when the
--- asks W, this one's included, are more than L). An ask or a ttl of 0 gives it back; only a
+-- `ttl` µs and returns what is granted: min(asked, C - R of the others, C * asked / W when the
+-- asks W, this one's included, are more than C), C = 80% of L (RESERVABLE_PER_MILLE: the rest
+-- always refills the bucket). An ask or a ttl of 0 gives it back; only a
 -- token bucket is reserved (sluice_core::reserve's Reservations::reserve). Before `save`.
 local function reserve(id, asked, ttl)
   reservations_changed = true
@@ -291,7 +292,7 @@ local function reserve(id, asked, ttl)
     reserve_asked = reserve_asked - (tonumber(old[2]) or 0)
   end
   reserve_change = {id, nil}
-  local total = rpu * 1000
+  local total = rpu * 800
   if asked == 0 or ttl == 0 or algorithm ~= 0 or total == 0 or total >= 9007199254740992 then
     return 0
   end

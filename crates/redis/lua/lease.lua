@@ -25,7 +25,8 @@
 --          give back slots of a grant whose answer it lost, or learn that its slots lapsed.
 --          Leases of rate: the caller as a holder of a reservation too.
 -- ARGV[11] 1: also reserve (bucket.lua's `reserve`) ARGV[12] thousandths of a token per period
---          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for)
+--          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for),
+--          after giving back ARGV[14] tokens (a token bucket; capped at the burst) first
 if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
@@ -35,6 +36,11 @@ if ARGV[8] ~= nil and ARGV[8] ~= '' then gap = tonumber(ARGV[8]) end
 local asked_least = least
 local below = 0
 if ARGV[9] ~= nil and ARGV[9] ~= '' then below = tonumber(ARGV[9]) end
+-- Leases of rate: what the caller's full stock could not hold is given back first (ARGV[14]).
+if ARGV[11] == '1' and algorithm == 0 then
+  local back = tonumber(ARGV[14])
+  if back > 0 then tokens = math.min(tokens + back, burst) end
+end
 local avail = available()
 local granted = math.floor(avail)
 if granted > want then granted = want end

@@ -55,11 +55,13 @@ fn reservation() -> impl Strategy<Value = Option<ReserveAsk>> {
             1u64..4,
             prop_oneof![amount(), 1u64..50_000_000],
             prop_oneof![Just(0u64), 1u64..5_000_000, Just(u64::MAX)],
+            prop_oneof![Just(0u64), amount()],
         )
-            .prop_map(|(holder, per_mille, ttl_micros)| Some(ReserveAsk {
+            .prop_map(|(holder, per_mille, ttl_micros, give_back)| Some(ReserveAsk {
                 holder,
                 per_mille,
                 ttl_micros,
+                give_back,
             })),
     ]
 }

@@ -90,7 +90,7 @@ proptest! {
                     }
                     let granted = held.reserve(&rate, holder, asked, ttl, now);
                     prop_assert!(granted <= asked);
-                    prop_assert!(held.granted() <= limit * PER_MILLE);
+                    prop_assert!(held.granted() <= limit * RESERVABLE_PER_MILLE);
                     let arrives = now + back_in;
                     answered[h] = arrives;
                     fillings.push(Filling {
@@ -126,7 +126,7 @@ fn a_reservation_takes_its_rate_from_the_refill() {
     let mut bucket = BucketState::full(&rate, 0);
     let mut held = Reservations::default();
     bucket.take_up_to(&rate, 0, 100);
-    // 40 a second for 2 s.
+    // 40 a second for 2 s (of the 80 that may be reserved).
     assert_eq!(held.reserve(&rate, 7, 40_000, 2_000_000, 0), 40_000);
     held.advance(&mut bucket, &rate, 1_000_000);
     assert!((bucket.tokens - 60.0).abs() < 1e-9, "{}", bucket.tokens);
@@ -139,22 +139,24 @@ fn a_reservation_takes_its_rate_from_the_refill() {
     assert!((bucket.tokens - 100.0).abs() < 1e-9, "{}", bucket.tokens);
 }
 
-/// Asks beyond `L` are shared by demand once every holder has renewed; the first to ask never
-/// keeps more than its share past its renewal, and an ask of 0 gives the reservation back.
+/// Asks beyond the reservable part of `L` (80%) are shared by demand once every holder has
+/// renewed; the first to ask never keeps more than its share past its renewal, and an ask of 0
+/// gives the reservation back.
 #[test]
 fn oversubscribed_asks_share_by_demand() {
     let rate = Rate::per_unit(100, Unit::Second);
     let mut held = Reservations::default();
     let ttl = 10_000_000;
-    assert_eq!(held.reserve(&rate, 1, 90_000, ttl, 0), 90_000);
-    // Only what is left, while the first holds 90.
-    assert_eq!(held.reserve(&rate, 2, 90_000, ttl, 1), 10_000);
-    // The first renews: half of L by demand (90 of 180 asked).
-    assert_eq!(held.reserve(&rate, 1, 90_000, ttl, 2), 50_000);
-    assert_eq!(held.reserve(&rate, 2, 90_000, ttl, 3), 50_000);
-    assert_eq!(held.granted(), 100_000);
+    // At most 80 of the 100 a second.
+    assert_eq!(held.reserve(&rate, 1, 90_000, ttl, 0), 80_000);
+    // Nothing is left while the first holds it all.
+    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 1), 0);
+    // The first renews: its share by demand (80 of 140 asked, of 80).
+    assert_eq!(held.reserve(&rate, 1, 80_000, ttl, 2), 45_714);
+    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 3), 34_285);
+    assert_eq!(held.granted(), 79_999);
     assert_eq!(held.reserve(&rate, 1, 0, ttl, 4), 0);
-    assert_eq!(held.granted(), 50_000);
+    assert_eq!(held.granted(), 34_285);
     assert!(held.held_by(1).is_none());
     // Windows and rates too large for exact Lua numbers are not reserved.
     let window = Rate {

@@ -32,7 +32,7 @@ impl Leaser {
         self.tasks.spawn_on(
             async move {
                 let _flight = flight;
-                let (want, low) = {
+                let (want, low, due) = {
                     let state = bucket.lock();
                     let want = leaser.lease_size(
                         Mode::Strict,
@@ -40,7 +40,11 @@ impl Leaser {
                         1,
                         f64::from(state.demand_per_sec),
                     );
-                    (want, state.lease_is_low())
+                    (
+                        want,
+                        state.lease_is_low(),
+                        state.rate_lease_due(&bucket.rate, now),
+                    )
                 };
                 // Nothing is missing yet: a refill ahead that comes up short takes a turn only
                 // while the key has a queue of starved callers (else it waits a lease horizon).
@@ -50,6 +54,12 @@ impl Leaser {
                 };
                 if low {
                     leaser.lease(&bucket, &store_key, ask, 0, now).await;
+                } else if due {
+                    // A lease of rate in its last quarter: renewed with no tokens, before the
+                    // stock stops filling ([`Leaser::lease`] asks for the reservation).
+                    leaser
+                        .lease(&bucket, &store_key, LeaseAsk::exactly(0), 0, now)
+                        .await;
                 }
             },
             &handle,

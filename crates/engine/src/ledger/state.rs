@@ -98,6 +98,8 @@ pub struct Rare {
     /// The call in flight's successor asks for them all at once, so concurrent requests of one
     /// key share a round trip instead of queueing for one each.
     pub exact_waiting: u64,
+    /// Leases of rate (`EngineSettings::rate_lease_ttl`): this key's reservation and its stock.
+    pub rate_lease: Option<super::rate_lease::RateLease>,
 }
 
 /// Every [`Rare`] field at its default.
@@ -115,6 +117,7 @@ const NO_RARE: Rare = Rare {
     returning: 0,
     exact_waiting: 0,
     retry_at: 0,
+    rate_lease: None,
 };
 
 /// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).
@@ -180,6 +183,33 @@ impl LeaseState {
             // A concurrency lease lapses with every slot this instance held in the store.
             rare.hold_epoch = rare.hold_epoch.wrapping_add(1);
         }
+    }
+
+    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
+    pub fn fill(&mut self, rate: &Rate, now: u64) {
+        if let Some(rare) = self.rare.as_deref_mut()
+            && let Some(r) = rare.rate_lease.as_mut()
+        {
+            r.fill(rate, &mut self.lease, now);
+        }
+    }
+
+    /// Whether a lease of rate fills this key's stock now.
+    pub fn rate_leased(&self, now: u64) -> bool {
+        self.rare().rate_lease.as_ref().is_some_and(|r| r.live(now))
+    }
+
+    /// Whether this key's lease of rate is due for renewal ([`RateLease::due`]).
+    ///
+    /// [`RateLease::due`]: super::rate_lease::RateLease::due
+    pub fn rate_lease_due(&self, rate: &Rate, now: u64) -> bool {
+        let unsent = self
+            .spent_since_lease
+            .saturating_add(u64::from(self.denied_since_lease));
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.due(rate, now, unsent))
     }
 
     /// Tokens this instance can spend now without asking the store.

@@ -251,13 +251,14 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
     }
 }
 
-/// `lease.lua`'s own arguments (ARGV[6..13]), in its order: the ask, the caller as a holder
+/// `lease.lua`'s own arguments (ARGV[6..14]), in its order: the ask, the caller as a holder
 /// (of concurrency slots and of reservations: this instance's number, whatever the engine
-/// named), and the reservation asked for (a flag, thousandths per period, ttl).
-pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 8] {
-    let (flag, per_mille, ttl) = match ask.reserve {
-        Some(r) => (1, r.per_mille, r.ttl_micros),
-        None => (0, 0, 0),
+/// named), and the reservation asked for (a flag, thousandths per period, ttl, tokens given
+/// back).
+pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 9] {
+    let (flag, per_mille, ttl, back) = match ask.reserve {
+        Some(r) => (1, r.per_mille, r.ttl_micros, r.give_back),
+        None => (0, 0, 0, 0),
     };
     [
         ask.want,
@@ -268,6 +269,7 @@ pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 8] {
         flag,
         per_mille,
         ttl,
+        back,
     ]
 }
 

@@ -1,0 +1,81 @@
+//! Leases of rate on the engine's side (issue 42, `engine.rate_lease_ttl`): every lease call of
+//! a strict token-bucket key also asks the store to reserve part of the key's rate, sized by
+//! the demand this instance measured, and the answer starts the key's stock filling
+//! ([`RateLease`]). The store's side is [`sluice_core::reserve`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_core::bucket::Algorithm;
+use sluice_core::config::Mode;
+
+use super::{Leaser, micros};
+use crate::bucket::LeaseBucket;
+use crate::ledger::LeaseState;
+use crate::ledger::rate_lease::RateLease;
+use crate::store::{LeaseGrant, ReserveAsk};
+
+/// Engines of one process are told apart as holders by a number each (a Redis store replaces
+/// it with its instance's own, unique across processes).
+static HOLDERS: AtomicU64 = AtomicU64::new(1);
+
+/// A new engine's number as a holder of reservations.
+pub(super) fn next_holder() -> u64 {
+    HOLDERS.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Leaser {
+    /// The reservation to ask for with a lease call of `bucket` sent at `now` (`None`: leases of
+    /// rate are off, the store is in process, or the key is not a strict token bucket). Its
+    /// stock stops filling at `now`: the store ends the old reservation when the call arrives.
+    pub(super) fn reserve_ask(&self, bucket: &LeaseBucket, now: u64) -> Option<ReserveAsk> {
+        let ttl = self.settings.rate_lease_ttl?;
+        if self.store.is_in_process() || bucket.rate.algorithm != Algorithm::TokenBucket {
+            return None;
+        }
+        let mut state = bucket.lock();
+        if state.mode != Mode::Strict {
+            return None;
+        }
+        state.fill(&bucket.rate, now);
+        let seen = state
+            .spent_since_lease
+            .saturating_add(u64::from(state.denied_since_lease));
+        let lease = state
+            .rare_mut()
+            .rate_lease
+            .get_or_insert_with(|| RateLease::starting(now));
+        let give_back = lease.sending(seen, now);
+        Some(ReserveAsk {
+            holder: self.holder,
+            per_mille: lease.ask(&bucket.rate),
+            ttl_micros: self.rate_lease_ttl(ttl),
+            give_back,
+        })
+    }
+
+    /// How long a reservation lasts: `engine.rate_lease_ttl`, or longer in a large fleet, so its
+    /// renewals cost a key about `starved_calls_per_sec` calls a second in all.
+    fn rate_lease_ttl(&self, ttl: std::time::Duration) -> u64 {
+        let per_sec = u64::from(self.settings.starved_calls_per_sec.max(1));
+        let fleet = self.store.live_instances().saturating_mul(1_000_000) / per_sec;
+        micros(ttl)
+            .max(fleet)
+            .min(sluice_core::reserve::MAX_TTL_MICROS)
+    }
+
+    /// The store answered a call sent at `sent` that asked for `asked`, at `arrived`: the key's
+    /// stock fills at what was granted from now until `sent` plus the ttl.
+    pub(super) fn apply_reserved(
+        state: &mut LeaseState,
+        asked: Option<ReserveAsk>,
+        grant: &LeaseGrant,
+        sent: u64,
+        arrived: u64,
+    ) {
+        let (Some(asked), Some(lease)) = (asked, state.rare_mut().rate_lease.as_mut()) else {
+            return;
+        };
+        let granted = grant.reserved.unwrap_or(0);
+        lease.granted(granted, sent, arrived, asked.ttl_micros);
+    }
+}

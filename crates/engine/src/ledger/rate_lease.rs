@@ -1,0 +1,209 @@
+//! A key's lease of rate on this instance (issue 42; the store's side is
+//! [`sluice_core::reserve`]): what the store reserved for it, the stock that fills at that rate,
+//! and the demand the next ask is sized by.
+//!
+//! The stock fills from when the grant reached this instance until the call's send time plus the
+//! ttl, and stops at the send time of the next call: both inside the store's own window, so what
+//! it fills is never more than the store kept back from the bucket's refill.
+
+use sluice_core::bucket::Rate;
+use sluice_core::reserve;
+
+/// Tokens a second a stock may hold beyond: one second of its reserved rate (at least one token).
+/// Beyond it what fills is dropped: under the limit the store's bucket is full anyway, and over
+/// it every stock is spent before it fills.
+const STOCK_SECONDS: f64 = 1.0;
+
+/// Demand is measured over at least this long (µs), so one request a round trip after the first
+/// lease does not read as thousands a second.
+const MEASURE_MICROS: u64 = 1_000_000;
+
+/// Asks are this much above the measured demand. 1: a stock's ups and downs are the store's
+/// (what a full stock drops is rate lost to every sidecar). 1.2, with every call losing the
+/// fraction of a token filled so far, put a fleet at 80% of `L` on all of the reservable rate;
+/// not measured again since.
+pub const HEADROOM: f64 = 1.0;
+
+/// One key's lease of rate, in [`Rare`](super::state::Rare).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RateLease {
+    /// Thousandths of a token per period reserved (0: none).
+    pub per_mille: u64,
+    /// The stock has filled up to here (engine clock, µs).
+    pub filled_to: u64,
+    /// It fills until here: the last call's send time plus its ttl.
+    pub until: u64,
+    /// The ttl of the reservation (renewed before its last quarter).
+    pub ttl: u64,
+    /// A fraction of a token filled, not yet whole.
+    pub carry: f64,
+    /// Hits seen (spent and denied) since `counted_from`.
+    pub seen: u64,
+    /// Where the current measurement began.
+    pub counted_from: u64,
+    /// Smoothed demand, tokens a second (0: none measured yet).
+    pub demand: f64,
+    /// What the last call asked for (thousandths of a token per period).
+    pub asked: u64,
+    /// Whole tokens filled while the stock was full, not yet given back to the store. Dropped,
+    /// they were rate no sidecar got: at 128 sidecars on 80 a second, half of what filled
+    /// (stocks of one token) in the simulator, and the store's bucket ran dry.
+    pub dropped: u64,
+}
+
+impl RateLease {
+    /// A key's first lease of rate: demand counted from `now`, nothing reserved yet.
+    pub fn starting(now: u64) -> Self {
+        Self {
+            counted_from: now,
+            ..Self::default()
+        }
+    }
+
+    /// Fills `lease` (the instance's tokens of the key) up to `now`, at most to the stock's cap;
+    /// whole tokens beyond it are kept aside to give back to the store with the next call.
+    pub fn fill(&mut self, rate: &Rate, lease: &mut u64, now: u64) {
+        let to = now.min(self.until);
+        if self.per_mille == 0 || to <= self.filled_to {
+            return;
+        }
+        let added = reserve::filled(rate, self.per_mille, to - self.filled_to) + self.carry;
+        self.filled_to = to;
+        let whole = added.floor();
+        self.carry = added - whole;
+        let whole = whole as u64;
+        let kept = whole.min(self.cap(rate).saturating_sub(*lease));
+        *lease += kept;
+        self.dropped = self.dropped.saturating_add(whole - kept);
+    }
+
+    /// The most the stock fills to: [`STOCK_SECONDS`] of the reserved rate, at least a token.
+    fn cap(&self, rate: &Rate) -> u64 {
+        let per_sec = reserve::filled(rate, self.per_mille, 1_000_000);
+        ((per_sec * STOCK_SECONDS).ceil() as u64).max(1)
+    }
+
+    /// A call is sent at `now`: the stock stops filling then (the store ends the reservation at
+    /// its own now, which is later). `seen` hits since the last call count toward the demand.
+    /// Returns the tokens to give back with it (lost if the call fails: stricter, never looser).
+    pub fn sending(&mut self, seen: u64, now: u64) -> u64 {
+        self.until = self.until.min(now);
+        self.seen = self.seen.saturating_add(seen);
+        let span = now.saturating_sub(self.counted_from);
+        if span >= MEASURE_MICROS {
+            let sample = self.seen as f64 * 1e6 / span as f64;
+            self.demand = if self.demand == 0.0 {
+                sample
+            } else {
+                0.5 * self.demand + 0.5 * sample
+            };
+            self.seen = 0;
+            self.counted_from = now;
+        }
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// What to ask for: the measured demand and [`HEADROOM`], in thousandths of a token per
+    /// period of `rate`; before a whole measurement, what was seen so far as if over
+    /// [`MEASURE_MICROS`] (low, never high).
+    pub fn ask(&mut self, rate: &Rate) -> u64 {
+        let demand = if self.demand > 0.0 {
+            self.demand
+        } else {
+            self.seen as f64 * 1e6 / MEASURE_MICROS as f64
+        };
+        let period_secs = rate.period_micros() as f64 / 1e6;
+        self.asked = (demand * HEADROOM * period_secs * reserve::PER_MILLE as f64).ceil() as u64;
+        self.asked
+    }
+
+    /// The store answered a call sent at `sent`, at `arrived`: the stock fills at `per_mille`
+    /// from the arrival until `sent + ttl`. The fraction of a token filled so far is kept (it
+    /// was filled inside the old reservation's window; dropped at every call, it cost a
+    /// starved key's two sidecars 6 tokens a second in the simulator).
+    pub fn granted(&mut self, per_mille: u64, sent: u64, arrived: u64, ttl: u64) {
+        self.per_mille = per_mille;
+        self.filled_to = arrived;
+        self.until = sent.saturating_add(ttl);
+        self.ttl = ttl;
+    }
+
+    /// Whether to renew: the reservation is in its last quarter (or over while it had one), its
+    /// stock dropped a stock's worth (at least 2 tokens) that the renewal gives back, or
+    /// the demand seen since the last measurement (`unsent`: hits since the last call) is
+    /// clearly not what the last ask was sized for: more than three standard deviations of a
+    /// Poisson count away (and 2 hits), over at least a second. Noise on a thin slice then
+    /// costs no call; a slice that doubles is renewed within about a second.
+    pub fn due(&self, rate: &Rate, now: u64, unsent: u64) -> bool {
+        if self.per_mille == 0 {
+            return false;
+        }
+        if now.saturating_add(self.ttl / 4) >= self.until || self.dropped >= self.cap(rate).max(2) {
+            return true;
+        }
+        let span = now.saturating_sub(self.counted_from);
+        if span < MEASURE_MICROS {
+            return false;
+        }
+        let seen = self.seen.saturating_add(unsent) as f64;
+        let expected = reserve::filled(rate, self.asked, span) / HEADROOM;
+        (seen - expected).abs() > 3.0 * expected.sqrt() + 2.0
+    }
+
+    /// Whether a reservation fills the stock now.
+    pub fn live(&self, now: u64) -> bool {
+        self.per_mille > 0 && now < self.until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Unit;
+
+    /// The stock fills at the reserved rate only inside its window, whole tokens at a time,
+    /// capped at a second of the rate, and stops at the next call's send time.
+    #[test]
+    fn the_stock_fills_at_the_reserved_rate_inside_its_window() {
+        let rate = Rate::per_unit(100, Unit::Second);
+        let mut r = RateLease::starting(0);
+        // 10 a second, answered 1 ms after being sent at 0, for 10 s.
+        r.granted(10_000, 0, 1_000, 10_000_000);
+        let mut lease = 0;
+        r.fill(&rate, &mut lease, 500_000);
+        assert_eq!(lease, 4, "4.99 tokens filled in 499 ms");
+        r.fill(&rate, &mut lease, 60_000_000);
+        assert_eq!(lease, 10, "capped at a second of the rate");
+        assert!(
+            r.due(&rate, 9_000_000, 0),
+            "a stock's worth dropped: renew to give it back"
+        );
+        lease = 0;
+        assert_eq!(
+            r.sending(0, 20_000_000),
+            89,
+            "95 more filled by 10 s, 6 kept"
+        );
+        r.fill(&rate, &mut lease, 30_000_000);
+        assert_eq!(lease, 0, "nothing after the window");
+        assert!(r.due(&rate, 30_000_000, 0) && !r.live(30_000_000));
+    }
+
+    /// Demand is measured over at least a second: one request a millisecond after the first
+    /// lease reads as one a second, not a thousand.
+    #[test]
+    fn demand_is_measured_over_at_least_a_second() {
+        let rate = Rate::per_unit(100, Unit::Second);
+        let mut r = RateLease::starting(0);
+        r.sending(1, 1_000);
+        let with_headroom = |per_sec: f64| (per_sec * 1_000.0 * HEADROOM).ceil() as u64;
+        assert_eq!(
+            r.ask(&rate),
+            with_headroom(1.0),
+            "1 seen, as if in a second"
+        );
+        r.sending(49, 2_000_000);
+        assert!((r.demand - 25.0).abs() < 0.1, "{}", r.demand);
+        assert_eq!(r.ask(&rate), with_headroom(25.0));
+    }
+}
