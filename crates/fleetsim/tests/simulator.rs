@@ -42,6 +42,7 @@ fn never_over_the_bound_on_a_small_grid() {
     rtt_ms: 1
     jitter_ms: 1
     seed: 11
+    leases: [tokens, rates]
   - name: thin
     sidecars: [32]
     demand: [0.8, 4.0]
@@ -63,6 +64,35 @@ fn never_over_the_bound_on_a_small_grid() {
         assert!(o.admitted <= o.requests);
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// What leases of rate are for (issue 42): 32 sidecars at 80% of the limit, every sidecar's
+/// requests in the same microsecond, each slice 2.5 a second. Token leases deny none but ask
+/// the store for every request (a lease of `B/2n` is one token); reservations fill each stock
+/// with its slice, so the store sees a few calls a second, and still none is denied.
+#[test]
+fn leases_of_rate_cost_a_fraction_of_the_calls_without_a_denial() {
+    let [tokens, rates] = [
+        "tokens", "rates",
+    ]
+    .map(|leases| {
+        let case = cases(&format!(
+            "scenarios:\n  - {{name: r, sidecars: [32], demand: [0.8], arrivals: [step], burst: [100], limit: 100, seconds: 20, rtt_ms: 1, jitter_ms: 1, seed: 9, leases: [{leases}]}}\n"
+        ))
+        .remove(0);
+        run(&case)
+    });
+    for o in [&tokens, &rates] {
+        assert_eq!(o.exact_admitted, o.requests, "{o:?}");
+        assert_eq!(o.false_denials, 0, "{o:?}");
+        assert!(o.over <= 0.0, "{o:?}");
+    }
+    assert!(
+        rates.store_calls * 5 < tokens.store_calls,
+        "rates {} calls, tokens {}",
+        rates.store_calls,
+        tokens.store_calls
+    );
 }
 
 #[test]

@@ -122,7 +122,9 @@ impl Leaser {
             .for_each_concurrent(RETURNS_AT_ONCE, |r| async move {
                 let started = Instant::now();
                 let concurrency = r.rate.algorithm == Algorithm::Concurrency;
-                let result = if concurrency {
+                let result = if r.ends_reservation {
+                    self.end_reservation(&r).await
+                } else if concurrency {
                     self.store
                         .release_slots(&r.store_key, r.rate, r.tokens)
                         .await

@@ -12,7 +12,8 @@ use super::{Leaser, micros};
 use crate::bucket::LeaseBucket;
 use crate::ledger::LeaseState;
 use crate::ledger::rate_lease::RateLease;
-use crate::store::{LeaseGrant, ReserveAsk};
+use crate::store::{LeaseAsk, LeaseGrant, ReserveAsk, StoreError};
+use crate::table::Return;
 
 /// Engines of one process are told apart as holders by a number each (a Redis store replaces
 /// it with its instance's own, unique across processes).
@@ -61,6 +62,23 @@ impl Leaser {
         micros(ttl)
             .max(fleet)
             .min(sluice_core::reserve::MAX_TTL_MICROS)
+    }
+
+    /// Ends this instance's reservation of `r`'s key and gives its tokens back, in one call.
+    pub(super) async fn end_reservation(&self, r: &Return) -> Result<(), StoreError> {
+        let ask = LeaseAsk {
+            reserve: Some(ReserveAsk {
+                holder: self.holder,
+                per_mille: 0,
+                ttl_micros: 0,
+                give_back: r.tokens,
+            }),
+            ..LeaseAsk::exactly(0)
+        };
+        self.store
+            .lease_asking(&r.store_key, r.rate, ask)
+            .await
+            .map(|_| ())
     }
 
     /// The store answered a call sent at `sent` that asked for `asked`, at `arrived`: the key's

@@ -14,6 +14,13 @@ use sluice_core::reserve;
 /// it every stock is spent before it fills.
 const STOCK_SECONDS: f64 = 1.0;
 
+/// The least demand a lease of rate is asked for, as the stock it makes (tokens): below it a
+/// stock of one token is full between most requests and empty at the next, so what fills is
+/// given back more often than it is spent, and the slice costs as many calls as with token
+/// leases (1 000 sidecars at 80% of 100/s, 0.08 a second each: 17% of requests denied with
+/// reservations, none with token leases; simulated).
+const MIN_STOCK: f64 = 2.0;
+
 /// Demand is measured over at least this long (µs), so one request a round trip after the first
 /// lease does not read as thousands a second.
 const MEASURE_MICROS: u64 = 1_000_000;
@@ -112,6 +119,11 @@ impl RateLease {
         } else {
             self.seen as f64 * 1e6 / MEASURE_MICROS as f64
         };
+        // A slice thinner than a stock of MIN_STOCK tokens leases tokens instead (see there).
+        if demand * STOCK_SECONDS < MIN_STOCK {
+            self.asked = 0;
+            return 0;
+        }
         let period_secs = rate.period_micros() as f64 / 1e6;
         self.asked = (demand * HEADROOM * period_secs * reserve::PER_MILLE as f64).ceil() as u64;
         self.asked

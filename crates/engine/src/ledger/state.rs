@@ -194,6 +194,24 @@ impl LeaseState {
         }
     }
 
+    /// Ends this key's lease of rate, if it has one: the stock stops filling now. Returns the
+    /// tokens it kept aside to give back ([`RateLease::dropped`]).
+    ///
+    /// [`RateLease::dropped`]: super::rate_lease::RateLease::dropped
+    pub fn end_rate_lease(&mut self) -> Option<u64> {
+        let lease = self.rare.as_deref_mut()?.rate_lease.take()?;
+        (lease.per_mille > 0).then_some(lease.dropped)
+    }
+
+    /// Whether this key has a lease of rate (filling now or lapsed), which ending would tell
+    /// the store about.
+    pub fn has_rate_lease(&self) -> bool {
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.per_mille > 0)
+    }
+
     /// Whether a lease of rate fills this key's stock now.
     pub fn rate_leased(&self, now: u64) -> bool {
         self.rare().rate_lease.as_ref().is_some_and(|r| r.live(now))

@@ -24,6 +24,10 @@ pub(crate) struct Return {
     pub(crate) renews: Option<LeaseBucket>,
     /// When it was made (engine clock): a renewal counts from then.
     pub(crate) at: u64,
+    /// A lease of rate ends with it: the store is told in the same call (the tokens go back
+    /// with it), so a pod that leaves or a key that went idle frees its share of `L` at once
+    /// instead of at the reservation's expiry.
+    pub(crate) ends_reservation: bool,
 }
 
 impl Return {
@@ -31,6 +35,14 @@ impl Return {
     /// not lapsed with its window.
     pub(super) fn take(bucket: &LeaseBucket, state: &mut LeaseState, now: u64) -> Option<Self> {
         state.expire(now);
+        state.fill(&bucket.rate, now);
+        if let Some(back) = state.end_rate_lease() {
+            let tokens = std::mem::take(&mut state.lease).saturating_add(back);
+            return Some(Return {
+                ends_reservation: true,
+                ..Self::of(bucket, state, tokens, now)
+            });
+        }
         (state.lease > 0).then(|| {
             let tokens = std::mem::take(&mut state.lease);
             if bucket.rate.algorithm == Algorithm::Concurrency {
@@ -51,6 +63,7 @@ impl Return {
             window: state.rare().lease_window,
             renews: concurrency.then(|| bucket.clone()),
             at: now,
+            ends_reservation: false,
         }
     }
 

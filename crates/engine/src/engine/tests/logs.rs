@@ -23,6 +23,7 @@ async fn returns_a_store_refuses_write_a_line_a_second_with_what_they_held_back(
                 window: 0,
                 renews: None,
                 at: 1 + sweep * 250_000,
+                ends_reservation: false,
             })
             .collect();
         e.leaser.return_tokens(returns).await;
