@@ -201,21 +201,29 @@ mod tests {
         assert!(r.due(&rate, 30_000_000, 0) && !r.live(30_000_000));
     }
 
-    /// Demand is measured over at least a second: one request a millisecond after the first
-    /// lease reads as one a second, not a thousand.
+    /// Demand is measured over at least a second: three requests a millisecond after the first
+    /// lease read as three a second, not three thousand; a slice under [`MIN_STOCK`] a second
+    /// asks for nothing (it leases tokens).
     #[test]
     fn demand_is_measured_over_at_least_a_second() {
         let rate = Rate::per_unit(100, Unit::Second);
-        let mut r = RateLease::starting(0);
-        r.sending(1, 1_000);
         let with_headroom = |per_sec: f64| (per_sec * 1_000.0 * HEADROOM).ceil() as u64;
+        let mut r = RateLease::starting(0);
+        r.sending(3, 1_000);
         assert_eq!(
             r.ask(&rate),
-            with_headroom(1.0),
-            "1 seen, as if in a second"
+            with_headroom(3.0),
+            "3 seen, as if in a second"
         );
-        r.sending(49, 2_000_000);
+        r.sending(47, 2_000_000);
         assert!((r.demand - 25.0).abs() < 0.1, "{}", r.demand);
         assert_eq!(r.ask(&rate), with_headroom(25.0));
+        let mut thin = RateLease::starting(0);
+        thin.sending(1, 1_000);
+        assert_eq!(
+            thin.ask(&rate),
+            0,
+            "one a second: tokens, not a reservation"
+        );
     }
 }
