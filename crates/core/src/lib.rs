@@ -14,6 +14,8 @@
 //!   below both algorithms on them; re-exported by [`bucket`].
 //! - [`window`]: the fixed- and sliding-window algorithms over the same bucket state.
 //! - [`bucket`]: token-bucket math (refill, time until tokens), shared by every backend and mirrored in Lua.
+//! - [`reserve`]: leases of rate: reservations of part of a bucket's rate, which refill it more
+//!   slowly while they last (issue 42), mirrored in Lua.
 //! - [`schema`]: the YAML configuration model (re-exported as `config::model`).
 //! - [`rules`]: the compiled [`RuleSet`](rules::RuleSet) and descriptor matching.
 //! - [`authz`]: turning an HTTP request (as ext_authz sees it) into rate-limit descriptors.

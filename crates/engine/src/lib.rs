@@ -10,13 +10,15 @@
 //! - [`decision`]: what the engine is asked and answers: requests, outcomes, [`Denial`]s;
 //!   [`EngineSettings`].
 //! - [`ledger`]: pure: a key's [`LeaseState`](ledger::LeaseState) and [`settle`](ledger::settle),
-//!   which charges a request's buckets all or none. The only place tokens are spent.
+//!   which charges a request's buckets all or none. The only place tokens are spent. A key's
+//!   lease of rate and its stock ([`ledger::rate_lease`]) live there too.
 //! - [`key`]: how a (rule, descriptor values) pair becomes a bucket key and a store key.
 //! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's state behind its lock.
 //! - `plan`: a request's distinct buckets with their summed hits.
 //! - `table`: the tracked keys, bounded by `max_keys`, evicting only keys at rest.
 //! - `lease`: every store call: single-flight leases, lease sizing, background refills and
-//!   returns (owned by a task tracker).
+//!   returns (owned by a task tracker), and the reservations leases of rate ask for
+//!   (`lease/rates.rs`; only where `EngineSettings::rate_lease_ttl` is set).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
 //! - [`metrics`]: the engine's Prometheus series.
 //! - [`engine`]: [`Engine`], which runs a decision through the modules above.

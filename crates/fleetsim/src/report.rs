@@ -43,7 +43,7 @@ pub fn row(o: &Outcome) -> String {
         o.false_denials,
         pct(o.false_denials, o.requests),
         o.exact_admitted.saturating_sub(o.admitted),
-        match (o.over > 0.0, o.over_window > 0.0) {
+        match (o.over > 0.0, o.over_window > 1e-6) {
             (false, false) => "no".to_string(),
             _ => format!("**{:.1}** (any window: **{:.1}**)", o.over, o.over_window),
         },

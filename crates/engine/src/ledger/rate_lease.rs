@@ -31,7 +31,7 @@ const MEASURE_MICROS: u64 = 1_000_000;
 /// not measured again since.
 pub const HEADROOM: f64 = 1.0;
 
-/// One key's lease of rate, in [`Rare`](super::state::Rare).
+/// One key's lease of rate, in its state's rare part (`Rare::rate_lease`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RateLease {
     /// Thousandths of a token per period reserved (0: none).
@@ -112,7 +112,7 @@ impl RateLease {
 
     /// What to ask for: the measured demand and [`HEADROOM`], in thousandths of a token per
     /// period of `rate`; before a whole measurement, what was seen so far as if over
-    /// [`MEASURE_MICROS`] (low, never high).
+    /// `MEASURE_MICROS` (low, never high).
     pub fn ask(&mut self, rate: &Rate) -> u64 {
         let demand = if self.demand > 0.0 {
             self.demand
