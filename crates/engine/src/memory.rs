@@ -20,8 +20,11 @@ use sluice_core::bucket::{BucketState, Rate};
 use sluice_core::reserve::Reservations;
 
 use crate::key;
+
+mod stored;
 use crate::room::{Room, Verdict};
 use crate::store::{GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture, next_turn};
+use stored::Stored;
 
 /// Global buckets in a [`DashMap`], timed by the injected clock.
 #[derive(Debug)]
@@ -58,43 +61,6 @@ pub struct MemoryStore<C: Clock> {
 /// secret random keys (SipHash, as std's HashMap does against HashDoS): a client cannot make
 /// two keys share a bucket on purpose, and by chance it takes ~2^64 keys.
 type KeyId = u128;
-
-/// A bucket as the store holds it.
-#[derive(Debug)]
-struct Stored {
-    /// The rate it was last used with.
-    rate: Rate,
-    state: BucketState,
-    /// The identity of the rule it belongs to (from its store key; 0 for keys of another form).
-    holder: u64,
-    /// Leases of rate on it (`sluice_core::reserve`), boxed: most buckets have none.
-    reserved: Option<Box<Reservations>>,
-}
-
-impl Stored {
-    /// Brings the bucket up to `now` where reservations change its refill (a bucket without
-    /// any refills in the caller's own step, as before).
-    fn advance(&mut self, now: u64) {
-        if let Some(r) = self.reserved.as_deref_mut() {
-            r.advance(&mut self.state, &self.rate, now);
-            if r.is_empty() {
-                self.reserved = None;
-            }
-        }
-    }
-
-    /// Tokens available at `now`, without changing the bucket.
-    fn available_at(&self, now: u64) -> f64 {
-        match self.reserved.as_deref() {
-            Some(r) => {
-                let (mut r, mut state) = (r.clone(), self.state);
-                r.advance(&mut state, &self.rate, now);
-                state.available_at(&self.rate, now)
-            }
-            None => self.state.available_at(&self.rate, now),
-        }
-    }
-}
 
 /// One RLQS client's demand: (client, milli-requests per second, expiry µs).
 type Demand = (u64, u64, u64);
@@ -427,31 +393,4 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_core::{ManualClock, Unit};
-
-    /// The embedded store holds at most `max_keys` buckets: full ones make room, and a new key is
-    /// refused (never a limit reset) while every bucket held is below full.
-    #[tokio::test]
-    async fn is_bounded_by_max_keys_without_resetting_a_limit() {
-        let clock = ManualClock::at(1);
-        let store = MemoryStore::with_max_keys(clock.clone(), 3);
-        let rate = Rate::per_unit(10, Unit::Second);
-        for key in ["a", "b", "c"] {
-            assert_eq!(store.lease(key, rate, 10).await.map(|g| g.granted), Ok(10));
-        }
-        assert_eq!(store.lease("d", rate, 1).await, Err(StoreError::Full));
-        assert_eq!(
-            store.lease("a", rate, 1).await.map(|g| g.granted),
-            Ok(0),
-            "a held key keeps its state"
-        );
-        store.release("e", rate, 5, 0).await.expect("release");
-        assert_eq!(store.len(), 3, "a release on an absent key adds nothing");
-        // After a second every bucket is full again: the same as absent, so room for new keys.
-        clock.advance_millis(1_000);
-        assert_eq!(store.lease("d", rate, 1).await.map(|g| g.granted), Ok(1));
-        assert!(store.len() <= 3);
-    }
-}
+mod tests;

@@ -168,6 +168,54 @@ impl RateLease {
     }
 }
 
+/// A key's state and its lease of rate (in the boxed rare part: most keys have none).
+impl super::LeaseState {
+    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
+    pub fn fill(&mut self, rate: &Rate, now: u64) {
+        if self.rare().rate_lease.is_none() {
+            return;
+        }
+        let mut lease = self.lease;
+        if let Some(r) = self.rare_mut().rate_lease.as_mut() {
+            r.fill(rate, &mut lease, now);
+        }
+        self.lease = lease;
+    }
+
+    /// Ends this key's lease of rate, if it has one: the stock stops filling now. Returns the
+    /// tokens it kept aside to give back ([`RateLease::dropped`]).
+    pub fn end_rate_lease(&mut self) -> Option<u64> {
+        self.rare().rate_lease.as_ref()?;
+        let lease = self.rare_mut().rate_lease.take()?;
+        (lease.per_mille > 0).then_some(lease.dropped)
+    }
+
+    /// Whether this key has a lease of rate (filling now or lapsed), which ending would tell
+    /// the store about.
+    pub fn has_rate_lease(&self) -> bool {
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.per_mille > 0)
+    }
+
+    /// Whether a lease of rate fills this key's stock now.
+    pub fn rate_leased(&self, now: u64) -> bool {
+        self.rare().rate_lease.as_ref().is_some_and(|r| r.live(now))
+    }
+
+    /// Whether this key's lease of rate is due for renewal ([`RateLease::due`]).
+    pub fn rate_lease_due(&self, rate: &Rate, now: u64) -> bool {
+        let unsent = self
+            .spent_since_lease
+            .saturating_add(u64::from(self.denied_since_lease));
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.due(rate, now, unsent))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

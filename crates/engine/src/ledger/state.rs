@@ -185,51 +185,6 @@ impl LeaseState {
         }
     }
 
-    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
-    pub fn fill(&mut self, rate: &Rate, now: u64) {
-        if let Some(rare) = self.rare.as_deref_mut()
-            && let Some(r) = rare.rate_lease.as_mut()
-        {
-            r.fill(rate, &mut self.lease, now);
-        }
-    }
-
-    /// Ends this key's lease of rate, if it has one: the stock stops filling now. Returns the
-    /// tokens it kept aside to give back ([`RateLease::dropped`]).
-    ///
-    /// [`RateLease::dropped`]: super::rate_lease::RateLease::dropped
-    pub fn end_rate_lease(&mut self) -> Option<u64> {
-        let lease = self.rare.as_deref_mut()?.rate_lease.take()?;
-        (lease.per_mille > 0).then_some(lease.dropped)
-    }
-
-    /// Whether this key has a lease of rate (filling now or lapsed), which ending would tell
-    /// the store about.
-    pub fn has_rate_lease(&self) -> bool {
-        self.rare()
-            .rate_lease
-            .as_ref()
-            .is_some_and(|r| r.per_mille > 0)
-    }
-
-    /// Whether a lease of rate fills this key's stock now.
-    pub fn rate_leased(&self, now: u64) -> bool {
-        self.rare().rate_lease.as_ref().is_some_and(|r| r.live(now))
-    }
-
-    /// Whether this key's lease of rate is due for renewal ([`RateLease::due`]).
-    ///
-    /// [`RateLease::due`]: super::rate_lease::RateLease::due
-    pub fn rate_lease_due(&self, rate: &Rate, now: u64) -> bool {
-        let unsent = self
-            .spent_since_lease
-            .saturating_add(u64::from(self.denied_since_lease));
-        self.rare()
-            .rate_lease
-            .as_ref()
-            .is_some_and(|r| r.due(rate, now, unsent))
-    }
-
     /// Tokens this instance can spend now without asking the store.
     pub fn spendable(&self, mode: Mode, rate: &Rate, now: u64) -> u64 {
         match mode {

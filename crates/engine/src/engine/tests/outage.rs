@@ -290,3 +290,32 @@ proptest! {
         prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
     }
 }
+
+/// A fleet the property above drew once in CI (stop 52, a random seed; 6 runs of the property
+/// here did not draw it again): two sidecars, 217/s before, 104/s during a 7.7 s outage, 538/s
+/// after. After the store returns, the window ending at the 18th request admitted from a lease
+/// granted while the other sidecar still owed is 0.0015 of a token beyond the stated slack:
+/// 18.0015 over `B + L·w` plus the leases at the window's start, with 18 tokens of slack. Not
+/// explained yet (the slack's terms, or a real sub-token overshoot of `Owed`), so it is kept
+/// here, ignored, rather than in the regressions file, where it would fail every run.
+#[test]
+#[ignore = "0.0015 of a token beyond the outage bound's slack; unexplained (issue 42's note)"]
+fn a_fleet_the_property_found_stays_within_the_slack() {
+    let outage = Outage {
+        before: Spell {
+            rps: 217,
+            millis: 2_240,
+        },
+        during: Spell {
+            rps: 104,
+            millis: 7_741,
+        },
+        after: Spell {
+            rps: 538,
+            millis: 1_000,
+        },
+        flushed: false,
+    };
+    let seen = on_own_runtime(run(2, outage));
+    assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
+}
