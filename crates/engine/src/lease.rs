@@ -225,13 +225,11 @@ impl Leaser {
     /// saw while it waited).
     async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let (missing, demand, cold, queued_demand, denying) = {
+        let (missing, demand, cold, queued_demand, denying, rate_leased) = {
             let mut state = bucket.lock();
             state.expire(now);
             state.fill(&bucket.rate, now);
-            let seen = state
-                .spent_since_lease
-                .saturating_add(u64::from(state.denied_since_lease));
+            let seen = state.seen_since_lease();
             // Exact mode: what this request lacks, and what the requests waiting behind it need.
             let waiting = match charge.info.mode {
                 Mode::Exact => state.rare().exact_waiting,
@@ -246,6 +244,7 @@ impl Leaser {
                 state.far_from_limit(&bucket.rate, now),
                 (state.queued || state.denied_since_lease > 0).then_some(seen),
                 state.denied_since_lease > 0,
+                state.rate_leased(now),
             )
         };
         let turn_gap = self.turn_gap(charge.info.mode, &bucket.rate);
@@ -260,7 +259,7 @@ impl Leaser {
         }
         // A lease of rate fills the stock with the key's mean demand: the store is asked only
         // for what a request lacks, and the burst stays in the store for every sidecar.
-        if bucket.lock().rate_leased(now) {
+        if rate_leased {
             let ask = LeaseAsk {
                 turn_gap,
                 starved_below: missing,

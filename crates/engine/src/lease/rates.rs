@@ -38,9 +38,7 @@ impl Leaser {
             return None;
         }
         state.fill(&bucket.rate, now);
-        let seen = state
-            .spent_since_lease
-            .saturating_add(u64::from(state.denied_since_lease));
+        let seen = state.seen_since_lease();
         let lease = state
             .rare_mut()
             .rate_lease

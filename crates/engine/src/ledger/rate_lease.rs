@@ -206,9 +206,7 @@ impl super::LeaseState {
 
     /// Whether this key's lease of rate is due for renewal ([`RateLease::due`]).
     pub fn rate_lease_due(&self, rate: &Rate, now: u64) -> bool {
-        let unsent = self
-            .spent_since_lease
-            .saturating_add(u64::from(self.denied_since_lease));
+        let unsent = self.seen_since_lease();
         self.rare()
             .rate_lease
             .as_ref()

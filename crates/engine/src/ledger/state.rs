@@ -252,6 +252,12 @@ impl LeaseState {
         !self.global_known || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0
     }
 
+    /// The demand seen since the last lease: hits spent and hits denied for want of tokens.
+    pub fn seen_since_lease(&self) -> u64 {
+        self.spent_since_lease
+            .saturating_add(u64::from(self.denied_since_lease))
+    }
+
     /// Counts `hits` denied for want of tokens (the demand a starved key sees while it waits).
     pub(super) fn denied(&mut self, hits: u64) {
         let hits = u32::try_from(hits).unwrap_or(u32::MAX);
