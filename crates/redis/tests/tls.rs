@@ -11,38 +11,36 @@ use sluice_redis::{RedisMetrics, RedisStore};
 use sluice_testkit::pki::Pki;
 use testcontainers::ImageExt;
 use testcontainers::core::{IntoContainerPort, WaitFor};
-use testcontainers::runners::AsyncRunner;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_over_rediss_with_a_private_ca() {
     let pki = Pki::new();
 
-    let port = sluice_testkit::redis::free_port();
-    let _redis = common::image()
-        .with_exposed_port(6379.tcp())
-        .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-        .with_mapped_port(port, 6379.tcp())
-        .with_copy_to("/tls/server.pem", pki.server_pem.clone().into_bytes())
-        .with_copy_to("/tls/server.key", pki.server_key.clone().into_bytes())
-        .with_copy_to("/tls/ca.pem", pki.ca_pem.clone().into_bytes())
-        .with_cmd([
-            "redis-server",
-            "--port",
-            "0",
-            "--tls-port",
-            "6379",
-            "--tls-cert-file",
-            "/tls/server.pem",
-            "--tls-key-file",
-            "/tls/server.key",
-            "--tls-ca-cert-file",
-            "/tls/ca.pem",
-            "--tls-auth-clients",
-            "no",
-        ])
-        .start()
-        .await
-        .expect("start a TLS Redis");
+    let (_redis, port) = sluice_testkit::redis::on_free_port(|port| {
+        common::image()
+            .with_exposed_port(6379.tcp())
+            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+            .with_mapped_port(port, 6379.tcp())
+            .with_copy_to("/tls/server.pem", pki.server_pem.clone().into_bytes())
+            .with_copy_to("/tls/server.key", pki.server_key.clone().into_bytes())
+            .with_copy_to("/tls/ca.pem", pki.ca_pem.clone().into_bytes())
+            .with_cmd([
+                "redis-server",
+                "--port",
+                "0",
+                "--tls-port",
+                "6379",
+                "--tls-cert-file",
+                "/tls/server.pem",
+                "--tls-key-file",
+                "/tls/server.key",
+                "--tls-ca-cert-file",
+                "/tls/ca.pem",
+                "--tls-auth-clients",
+                "no",
+            ])
+    })
+    .await;
 
     let url = format!("rediss://localhost:{port}");
     let mut settings = common::standalone_settings(&url);

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -235,13 +235,8 @@ impl Drop for Envoy {
     }
 }
 
-/// A port that was free a moment ago (Envoy's listeners need fixed ports in its config).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+/// A free port (Envoy's listeners need fixed ports in its config); see [`crate::ports`].
+pub use crate::ports::free_port;
 
 /// An HTTP response as a client of Envoy sees it.
 #[derive(Debug)]

@@ -5,12 +5,14 @@
 //! and `redis-cli` (Valkey's official image links them). No image is pulled here: CI builds local
 //! stand-ins under the public names first (see `.ci/run` and `scripts/valkey-image.sh`).
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
+
+pub use crate::ports::free_port;
+use crate::ports::{free_block, taken};
 
 /// The Redis image to test against.
 pub fn image() -> GenericImage {
@@ -30,16 +32,13 @@ pub struct Standalone {
 impl Standalone {
     /// Starts a Redis and waits until it accepts connections.
     pub async fn start() -> Self {
-        let port = free_port();
-        let container = image()
-            .with_exposed_port(6379.tcp())
-            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-            .with_mapped_port(port, 6379.tcp())
-            .start()
-            .await
-            .expect(
-                "start Redis (run ../shared/scripts/local-images.sh redis if the image is missing)",
-            );
+        let (container, port) = on_free_port(|port| {
+            image()
+                .with_exposed_port(6379.tcp())
+                .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+                .with_mapped_port(port, 6379.tcp())
+        })
+        .await;
         Self { container, port }
     }
 
@@ -67,7 +66,7 @@ impl Cluster {
     /// Starts 3 masters with `replicas` replicas each (failover tests need 1).
     pub async fn start_with(replicas: u16) -> Self {
         let count = 3 * (1 + replicas);
-        let base = free_cluster_base(count);
+        let base = free_block(count);
         let ports: Vec<u16> = (base..base + count).collect();
         let servers: String = ports
             .iter()
@@ -119,7 +118,7 @@ impl Sentinel {
     /// Starts the servers and the sentinels, and waits until every sentinel knows the replica
     /// and the other two sentinels (so a failover can be agreed).
     pub async fn start() -> Self {
-        let base = free_cluster_base(5);
+        let base = free_block(5);
         let (m, r) = (base, base + 1);
         let sentinels = [base + 2, base + 3, base + 4];
         let server = |p: u16, more: &str| {
@@ -212,26 +211,21 @@ async fn on_host_network(script: &str, ready: &str, what: &str) -> ContainerAsyn
         .unwrap_or_else(|e| panic!("start {what}: {e}"))
 }
 
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// A base port P with P..P+count and their cluster bus ports P+10000.. all free.
-fn free_cluster_base(count: u16) -> u16 {
-    let seed = std::process::id() as u16;
-    for i in 0..500u16 {
-        let base = 20_000 + (seed.wrapping_mul(7).wrapping_add(i * 37)) % 15_000;
-        let all_free = (0..count).all(|k| {
-            TcpListener::bind(("127.0.0.1", base + k)).is_ok()
-                && TcpListener::bind(("127.0.0.1", base + k + 10_000)).is_ok()
-        });
-        if all_free {
-            return base;
+/// Starts the container `request(port)` describes, `port` a free host port; if the port was taken
+/// between the pick and Docker's bind, on another (three ports in all).
+pub async fn on_free_port(
+    request: impl Fn(u16) -> ContainerRequest<GenericImage>,
+) -> (ContainerAsync<GenericImage>, u16) {
+    let mut last = None;
+    for _ in 0..3 {
+        let port = free_port();
+        match request(port).start().await {
+            Ok(container) => return (container, port),
+            Err(e) if taken(&e) => last = Some(e),
+            Err(e) => panic!(
+                "start Redis (run ../shared/scripts/local-images.sh redis if the image is missing): {e}"
+            ),
         }
     }
-    panic!("no free port range for a Redis Cluster")
+    panic!("start Redis: three host ports were taken before Docker bound them: {last:?}")
 }
