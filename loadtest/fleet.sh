@@ -16,6 +16,7 @@
 #   LOADS="400 80"         offered req/s: 4x the limit (starved) and 80% of it (under the limit)
 #   TARGETS="standalone cluster"
 #   KEYS=1                 1: one key; more: Zipf(1) over that many keys of the same limit
+#   RATE_LEASE_TTL=10s     leases of rate (engine.rate_lease_ttl; default: token leases only)
 # Needs Docker and the redis:7.0 image (../shared/scripts/local-images.sh redis).
 # Takes about 75 s per run (start-up of 128 sidecars included): 40 min for the whole table.
 set -euo pipefail
@@ -39,6 +40,7 @@ for target in $TARGETS; do
           --seconds "$SECONDS_PER_RUN" --keys "$KEYS")
         [ "$target" = cluster ] && args+=(--cluster)
         [ "$arrivals" = step ] && args+=(--in-step)
+        [ -n "${RATE_LEASE_TTL:-}" ] && args+=(--rate-lease-ttl "$RATE_LEASE_TTL")
         accuracy_run "${args[@]}"
       done
     done

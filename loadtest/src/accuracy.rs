@@ -78,6 +78,9 @@ struct Args {
     /// `redis.batch_min_wait` of the sidecars (e.g. `5ms`; default: none).
     #[arg(long)]
     batch_min_wait: Option<String>,
+    /// `engine.rate_lease_ttl` of the sidecars: leases of rate (e.g. `10s`; default: off).
+    #[arg(long)]
+    rate_lease_ttl: Option<String>,
 }
 
 /// Faults the harness injects (P7 and the hardening issue's real faults).
@@ -175,8 +178,12 @@ async fn main() -> anyhow::Result<()> {
     } else {
         format!("burst: {burst}")
     };
+    let engine = match &args.rate_lease_ttl {
+        Some(ttl) => format!("engine:\n  rate_lease_ttl: {ttl}\n"),
+        None => String::new(),
+    };
     let config = format!(
-        "domains:\n  - domain: acc\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, {shape}, mode: {}}}\n{redis_section}\n",
+        "domains:\n  - domain: acc\n    descriptors:\n      - key: k\n        rate_limit: {{unit: second, requests_per_unit: {}, {shape}, mode: {}}}\n{redis_section}\n{engine}",
         args.limit, args.mode
     );
     let sidecars: Vec<Sluice> = (0..args.sidecars)

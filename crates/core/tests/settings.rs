@@ -44,6 +44,23 @@ fn engine_errors_name_their_line() {
     }
     let ok = parse_config("engine:\n  starved_calls_per_sec: 1000000\n").expect("the most");
     assert_eq!(ok.engine.starved_calls_per_sec, 1_000_000);
+    for bad in ["999ms", "61m", "2h"] {
+        located(
+            &format!("engine:\n  rate_lease_ttl: {bad}\n"),
+            2,
+            &format!("rate_lease_ttl must be from 1s to 1h, not {bad}"),
+        );
+    }
+    located("engine:\n  rate_lease_ttl: 0s\n", 2, "must be above zero");
+    for (text, ttl) in [("1s", 1), ("10s", 10), ("1h", 3_600)] {
+        let ok = parse_config(&format!("engine:\n  rate_lease_ttl: {text}\n")).expect(text);
+        assert_eq!(
+            ok.engine.rate_lease_ttl.map(|d| d.0),
+            Some(std::time::Duration::from_secs(ttl))
+        );
+    }
+    let off = parse_config("engine: {}\n").expect("defaults");
+    assert!(off.engine.rate_lease_ttl.is_none(), "off unless set");
 }
 
 /// Durations that overflowed later (a panic in the heartbeat task, a wrap to 0.45 s) are errors.

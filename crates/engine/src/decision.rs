@@ -44,7 +44,7 @@ impl From<&sluice_core::config::EngineConfig> for EngineSettings {
             cold_lease_ttl: c.cold_lease_ttl.0.max(c.lease_ttl.0),
             starved_calls_per_sec: c.starved_calls_per_sec.max(1),
             max_holds: c.max_holds as u64,
-            rate_lease_ttl: None,
+            rate_lease_ttl: c.rate_lease_ttl.map(|d| d.0),
         }
     }
 }

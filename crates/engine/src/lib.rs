@@ -18,7 +18,7 @@
 //! - `table`: the tracked keys, bounded by `max_keys`, evicting only keys at rest.
 //! - `lease`: every store call: single-flight leases, lease sizing, background refills and
 //!   returns (owned by a task tracker), and the reservations leases of rate ask for
-//!   (`lease/rates.rs`; only where `EngineSettings::rate_lease_ttl` is set).
+//!   (`lease/rates.rs`; only with `engine.rate_lease_ttl` set, `EngineSettings::rate_lease_ttl`).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
 //! - [`metrics`]: the engine's Prometheus series.
 //! - [`engine`]: [`Engine`], which runs a decision through the modules above.

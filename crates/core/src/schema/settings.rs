@@ -147,6 +147,11 @@ pub struct EngineConfig {
     /// memory without bound (each lapses at its rule's `hold_timeout`).
     #[serde(deserialize_with = "max_holds")]
     pub max_holds: usize,
+    /// Leases of rate (docs/global-quotas.md, "Leases of rate"; experimental, off unset): each
+    /// sidecar also reserves a share of a strict token bucket's rate on the remote store, by
+    /// the demand it measured, for at least this long (renewed before it ends). In [1s, 1h].
+    #[serde(deserialize_with = "rate_lease_ttl")]
+    pub rate_lease_ttl: Option<HumanDuration>,
 }
 
 impl Default for EngineConfig {
@@ -160,6 +165,7 @@ impl Default for EngineConfig {
             cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
             starved_calls_per_sec: 10,
             max_holds: 1_000_000,
+            rate_lease_ttl: None,
         }
     }
 }
@@ -317,6 +323,20 @@ fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, 
         _ => Err(serde::de::Error::custom(format!(
             "starved_calls_per_sec must be in [1, 1000000], not {n}"
         ))),
+    }
+}
+
+/// `engine.rate_lease_ttl`: in [1s, 1h] (the store keeps a reservation at most an hour).
+fn rate_lease_ttl<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<HumanDuration>, D::Error> {
+    let ttl = HumanDuration::deserialize(d)?;
+    if (Duration::from_secs(1)..=Duration::from_secs(3_600)).contains(&ttl.0) {
+        Ok(Some(ttl))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "rate_lease_ttl must be from 1s to 1h, not {ttl}"
+        )))
     }
 }
 

@@ -41,7 +41,7 @@ impl Leaser {
         let seen = state.seen_since_lease();
         // What was seen since the last lease was seen over the time since it (from the start,
         // if none): counted from the first ask, a starved sidecar of a thousand, with 20 hits
-        // seen while it waited 50 s for its turn, asked for 20 a second.
+        // seen while it waited for its turn, asked for 20 a second.
         let since = state.leased_at.min(now);
         let lease = state
             .rare_mut()
