@@ -6,8 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use sluice_core::SystemClock;
-use sluice_engine::{Code, Engine, EngineMetrics, EngineSettings};
+use sluice_engine::{Code, Engine, EngineSettings};
 
 /// `hot`: exact, 10 000 an hour (never short here); `scarce`: exact, 20 an hour.
 const RULES: &str = r#"
@@ -20,19 +19,7 @@ descriptors:
 "#;
 
 async fn engine(url: &str) -> Arc<Engine> {
-    let store = sluice_redis::RedisStore::start(
-        common::standalone_settings(url),
-        sluice_redis::RedisMetrics::unregistered(),
-    )
-    .expect("store");
-    common::wait_connected(&store).await;
-    Arc::new(Engine::new(
-        sluice_core::parse_config(RULES).expect("rules").rules,
-        store,
-        Arc::new(SystemClock::new()),
-        EngineSettings::default(),
-        EngineMetrics::unregistered(),
-    ))
+    common::engine::on_redis(url, RULES, EngineSettings::default()).await
 }
 
 /// `n` decisions of `key=v` at once; how many were admitted.

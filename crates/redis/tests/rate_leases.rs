@@ -9,8 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::SystemClock;
-use sluice_engine::{Code, Engine, EngineMetrics, EngineSettings};
+use sluice_engine::{Code, Engine, EngineSettings};
 
 const RULES: &str = r#"
 domain: t
@@ -30,22 +29,11 @@ async fn bucket(c: &mut redis::aio::MultiplexedConnection) -> Option<String> {
 }
 
 async fn sidecar(url: &str, rate_lease_ttl: Option<Duration>) -> Arc<Engine> {
-    let store = sluice_redis::RedisStore::start(
-        common::standalone_settings(url),
-        sluice_redis::RedisMetrics::unregistered(),
-    )
-    .expect("store");
-    common::wait_connected(&store).await;
-    Arc::new(Engine::new(
-        sluice_core::parse_config(RULES).expect("rules").rules,
-        store,
-        Arc::new(SystemClock::new()),
-        EngineSettings {
-            rate_lease_ttl,
-            ..EngineSettings::default()
-        },
-        EngineMetrics::unregistered(),
-    ))
+    let settings = EngineSettings {
+        rate_lease_ttl,
+        ..EngineSettings::default()
+    };
+    common::engine::on_redis(url, RULES, settings).await
 }
 
 /// What a run of two sidecars showed.

@@ -42,6 +42,24 @@ pub fn engine_with(config: &str, store: Arc<dyn GlobalStore>) -> Engine {
     )
 }
 
+/// An engine (a sidecar) with the rules of `config` and `settings`, on a store of its own over
+/// the standalone Redis at `url` (so its own holder and connections), once connected.
+pub async fn on_redis(url: &str, config: &str, settings: EngineSettings) -> Arc<Engine> {
+    let store = sluice_redis::RedisStore::start(
+        super::standalone_settings(url),
+        sluice_redis::RedisMetrics::unregistered(),
+    )
+    .expect("store");
+    super::wait_connected(&store).await;
+    Arc::new(Engine::new(
+        sluice_core::parse_config(config).expect("rules").rules,
+        store,
+        Arc::new(SystemClock::new()),
+        settings,
+        EngineMetrics::unregistered(),
+    ))
+}
+
 /// One decision on a single descriptor `key=value`.
 pub async fn decide(e: &Engine, key: &str, value: &str) -> sluice_engine::Decision {
     let d = [Descriptor::of([(key, value)])];
