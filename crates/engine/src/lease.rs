@@ -381,7 +381,7 @@ impl Leaser {
             let mut state = bucket.lock();
             state.expire(now);
             state.fill(&bucket.rate, arrived);
-            Self::apply_reserved(&mut state, reserve, &grant, now, arrived);
+            Self::apply_reserved(&mut state, &bucket.rate, reserve, &grant, now, arrived);
             let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
             // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
             // it has (emptied at each grant, as a rate's is, it would refuse everything while the

@@ -40,6 +40,10 @@ pub struct Outcome {
     pub over_window: f64,
     /// `B + L·T` for the whole run.
     pub bound: f64,
+    /// Admitted in the run's second half (answered from `T/2` on): with `L·T/2`, the rate a
+    /// fleet settles at, apart from what its leases took at the start (a starved fleet of 1 000
+    /// holds about 1 500 tokens between turns, a stock, not a rate).
+    pub admitted_late: u64,
     /// Store calls on the key while requests were decided (leases, returns, everything else).
     pub store_calls: u64,
     /// Of them, leases.
@@ -55,6 +59,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// What the second half admitted, of `L·T/2`.
+    pub fn late_of_limit(&self) -> f64 {
+        let half = self.case.limit as f64 * self.case.seconds as f64 / 2.0;
+        if half == 0.0 {
+            0.0
+        } else {
+            self.admitted_late as f64 / half
+        }
+    }
+
     /// Store calls on the key a simulated second.
     pub fn calls_per_sec(&self) -> f64 {
         self.store_calls as f64 / self.case.seconds as f64
@@ -234,6 +248,10 @@ fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Cou
         false_denials,
         over: if answered.is_empty() { 0.0 } else { over },
         bound: bound_at(first + case.seconds * 1_000_000),
+        admitted_late: answered
+            .iter()
+            .filter(|&&t| t >= first + case.seconds * 500_000)
+            .count() as u64,
         store_calls: c.store_calls,
         leases: c.leases,
         releases: c.releases,

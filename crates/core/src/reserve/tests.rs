@@ -7,13 +7,16 @@ use crate::unit::Unit;
 #[derive(Debug, Clone)]
 enum Op {
     /// `holder` asks for `asked` thousandths for `ttl` µs; its call was sent `sent_ago` µs
-    /// before the store's now and its answer arrives `back_in` µs after.
+    /// before the store's now and its answer arrives `back_in` µs after; its old stock had
+    /// filled `filled_late` µs past its start (other decisions filled it while this one
+    /// waited), up to the store's now.
     Reserve {
         holder: u64,
         asked: u64,
         ttl: u64,
         sent_ago: u64,
         back_in: u64,
+        filled_late: u64,
     },
     /// Tokens leased from the bucket itself.
     Take(u64),
@@ -22,16 +25,19 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u64..6, prop_oneof![Just(0u64), 0u64..200_000, Just(u64::MAX)],
-              prop_oneof![Just(0u64), 1u64..20_000_000, Just(u64::MAX)], 0u64..50_000, 0u64..50_000)
-            .prop_map(|(holder, asked, ttl, sent_ago, back_in)| Op::Reserve {
-                holder, asked, ttl, sent_ago, back_in,
+              prop_oneof![Just(0u64), 1u64..20_000_000, Just(u64::MAX)], 0u64..50_000, 0u64..50_000,
+              prop_oneof![Just(0u64), 0u64..100_000])
+            .prop_map(|(holder, asked, ttl, sent_ago, back_in, filled_late)| Op::Reserve {
+                holder, asked, ttl, sent_ago, back_in, filled_late,
             }),
         2 => prop_oneof![0u64..5, 0u64..1_000].prop_map(Op::Take),
     ]
 }
 
 /// A holder's stock as the engine fills it: from the answer's arrival to its send time plus
-/// the ttl, ended early at the send time of its next call.
+/// the ttl, ended early at the send time of its next call; and, when a call renews a live
+/// reservation, its round trip at the lesser of the two rates, up to where either ends
+/// (`RateLease::granted` in the engine).
 #[derive(Debug, Clone, Copy)]
 struct Filling {
     granted: u64,
@@ -70,10 +76,10 @@ proptest! {
         let mut now = start;
         let mut taken = 0u64;
         let mut fillings: Vec<Filling> = Vec::new();
-        // Each holder's filling in progress (an index into `fillings`), and when its last
-        // answer arrived (its next call is sent no earlier: one call per key at a time).
+        // Each holder's filling in progress (an index into `fillings`). A call's send time is
+        // its decision's start, which can be before the previous call's answer (the decision
+        // waited for that call, one per key at a time): the engine's case.
         let mut current: [Option<usize>; 6] = [None; 6];
-        let mut answered = [0u64; 6];
         let bound = |t: u64| burst as f64 + limit as f64 * (t - start) as f64 / 1e6;
         for (step, op) in steps {
             now += step;
@@ -82,17 +88,32 @@ proptest! {
                 Op::Take(n) => {
                     taken += bucket.take_up_to(&rate, now, n);
                 }
-                Op::Reserve { holder, asked, ttl, sent_ago, back_in } => {
+                Op::Reserve { holder, asked, ttl, sent_ago, back_in, filled_late } => {
                     let h = holder as usize;
-                    let sent = now.saturating_sub(sent_ago).max(answered[h]).min(now);
-                    if let Some(i) = current[h] {
-                        fillings[i].until = fillings[i].until.min(sent);
-                    }
+                    let sent = now.saturating_sub(sent_ago);
+                    // The old reservation: its rate, where its stock has filled to (never
+                    // before the send, never past the store's now) and where it ends. The stock
+                    // stops there: what filled stays filled.
+                    let old = current[h].map(|i| {
+                        let f = fillings[i];
+                        let filled_to = f.from.saturating_add(filled_late).min(now).max(sent);
+                        fillings[i].until = f.until.min(filled_to);
+                        (f.granted, filled_to, f.until)
+                    });
                     let granted = held.reserve(&rate, holder, asked, ttl, now);
                     prop_assert!(granted <= asked);
                     prop_assert!(held.granted() <= limit * RESERVABLE_PER_MILLE);
                     let arrives = now + back_in;
-                    answered[h] = arrives;
+                    if let Some((was, filled_to, ends)) = old {
+                        // The round trip, from where the old stock has filled to.
+                        let from = filled_to;
+                        let gap_end = arrives
+                            .min(ends)
+                            .min(sent.saturating_add(ttl.min(MAX_TTL_MICROS)));
+                        if was > 0 && granted > 0 && gap_end > from {
+                            fillings.push(Filling { granted: was.min(granted), from, until: gap_end });
+                        }
+                    }
                     fillings.push(Filling {
                         granted,
                         from: arrives,
@@ -137,6 +158,41 @@ fn a_reservation_takes_its_rate_from_the_refill() {
     held.advance(&mut bucket, &rate, 2_050_000);
     assert!(held.is_empty());
     assert!((bucket.tokens - 100.0).abs() < 1e-9, "{}", bucket.tokens);
+}
+
+/// A renewal's round trip: the store ends the old reservation and starts the new one when the
+/// call reaches it, somewhere between the holder's send and its answer, so the holder may fill
+/// that stretch at the lesser of the two rates, never the greater. Drained at 0, 80 a second
+/// reserved for 10 s, renewed at 10 a second by a call sent at 1 s, taken by the store at
+/// 1.025 s and answered at 1.05 s: what can have been admitted by 1.05 s is 203.25 of the
+/// bound's 205 at the lesser rate, 206.75 at the greater.
+#[test]
+fn a_renewal_fills_its_round_trip_at_the_lesser_rate() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut bucket = BucketState::full(&rate, 0);
+    let mut held = Reservations::default();
+    let taken = bucket.take_up_to(&rate, 0, 100) as f64;
+    assert_eq!(held.reserve(&rate, 7, 80_000, 10_000_000, 0), 80_000);
+    held.advance(&mut bucket, &rate, 1_025_000);
+    assert_eq!(
+        held.reserve(&rate, 7, 10_000, 10_000_000, 1_025_000),
+        10_000
+    );
+    held.advance(&mut bucket, &rate, 1_050_000);
+    let stock_to_send = filled(&rate, 80_000, 1_000_000);
+    let could_admit =
+        |gap_rate: u64| taken + bucket.tokens + stock_to_send + filled(&rate, gap_rate, 50_000);
+    let bound = 100.0 + 100.0 * 1.05;
+    assert!(
+        (could_admit(10_000) - 203.25).abs() < 1e-9,
+        "{}",
+        could_admit(10_000)
+    );
+    assert!(could_admit(10_000) <= bound);
+    assert!(
+        could_admit(80_000) > bound,
+        "the greater rate would pass the bound"
+    );
 }
 
 /// Asks beyond the reservable part of `L` (80%) are shared by demand once every holder has

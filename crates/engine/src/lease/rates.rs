@@ -84,9 +84,11 @@ impl Leaser {
     }
 
     /// The store answered a call sent at `sent` that asked for `asked`, at `arrived`: the key's
-    /// stock fills at what was granted from now until `sent` plus the ttl.
+    /// stock (a bucket of `rate`) fills at what was granted from now until `sent` plus the ttl
+    /// ([`RateLease::granted`]).
     pub(super) fn apply_reserved(
         state: &mut LeaseState,
+        rate: &sluice_core::bucket::Rate,
         asked: Option<ReserveAsk>,
         grant: &LeaseGrant,
         sent: u64,
@@ -96,6 +98,6 @@ impl Leaser {
             return;
         };
         let granted = grant.reserved.unwrap_or(0);
-        lease.granted(granted, sent, arrived, asked.ttl_micros);
+        lease.granted(rate, granted, sent, arrived, asked.ttl_micros);
     }
 }
