@@ -10,7 +10,11 @@
 //!   then fleets where leases sized by an inflated first demand sample, or refills ahead near
 //!   the limit, take the bottom half of the burst from requests elsewhere (40 sidecars at 67% of
 //!   a limit of 24, burst 181: 2 of 154 denied). It is `#[ignore]`d until leases of rate close
-//!   it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`.
+//!   it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`. They do not
+//!   yet: drawing them alone over 256 fleets found 33 sidecars at 77% of a limit of 37, burst
+//!   196, Poisson, with 2 of 199 denied. Two sidecars had reserved a slice their noisy first
+//!   measurement overstated, and the others' refills ahead of 10 tokens (5% of the burst, from
+//!   its bottom half too) emptied the store: token leases' cause, in other timing.
 //!
 //! Store outages are the simulator grid's (`loadtest/fleetsim/fleet.yaml`): during one the
 //! rule's fallback decides, which may admit beyond the bound by design (docs/faults.md).

@@ -21,13 +21,14 @@ const BLOCKS: (u16, u16) = (20_000, 22_700);
 static NEXT_SINGLE: AtomicU32 = AtomicU32::new(0);
 static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
-/// A port that is free now and that this process has not handed out before.
+/// A port that is free now and that this process has not handed out before (until it has
+/// handed out the whole range: then one whose listener is gone, as the probe finds).
 pub fn free_port() -> u16 {
     pick(&NEXT_SINGLE, SINGLE, 1, 1, false)
 }
 
 /// A base port `P` with `P..P+count` and their cluster bus ports `P+10000..` all free, not handed
-/// out by this process before.
+/// out by this process before (42 blocks; after those, one whose servers are gone).
 pub fn free_block(count: u16) -> u16 {
     assert!(count <= 64, "a block of at most 64 ports");
     pick(&NEXT_BLOCK, BLOCKS, count, 64, true)
