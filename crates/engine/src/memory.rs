@@ -20,11 +20,11 @@ use sluice_core::bucket::{BucketState, Rate};
 use sluice_core::reserve::Reservations;
 
 use crate::key;
-
-mod stored;
 use crate::room::{Room, Verdict};
 use crate::store::{GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture, next_turn};
 use stored::Stored;
+
+mod stored;
 
 /// Global buckets in a [`DashMap`], timed by the injected clock.
 #[derive(Debug)]

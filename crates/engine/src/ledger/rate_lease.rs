@@ -199,21 +199,17 @@ impl RateLease {
 impl super::LeaseState {
     /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
     pub fn fill(&mut self, rate: &Rate, now: u64) {
-        if self.rare().rate_lease.is_none() {
-            return;
+        if let Some(rare) = self.rare.as_deref_mut()
+            && let Some(r) = rare.rate_lease.as_mut()
+        {
+            r.fill(rate, &mut self.lease, now);
         }
-        let mut lease = self.lease;
-        if let Some(r) = self.rare_mut().rate_lease.as_mut() {
-            r.fill(rate, &mut lease, now);
-        }
-        self.lease = lease;
     }
 
     /// Ends this key's lease of rate, if it has one: the stock stops filling now. Returns the
     /// tokens it kept aside to give back ([`RateLease::dropped`]).
     pub fn end_rate_lease(&mut self) -> Option<u64> {
-        self.rare().rate_lease.as_ref()?;
-        let lease = self.rare_mut().rate_lease.take()?;
+        let lease = self.rare.as_deref_mut()?.rate_lease.take()?;
         (lease.per_mille > 0).then_some(lease.dropped)
     }
 

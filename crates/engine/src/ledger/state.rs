@@ -48,7 +48,10 @@ pub struct LeaseState {
     pub mode: Mode,
     /// State few keys need (windows, post-paid usage, what a fallback owes), boxed so the
     /// others do not carry it: `None` means every field at its default ([`Rare::default`]).
-    rare: Option<Box<Rare>>,
+    /// Visible to the ledger's modules so a step can borrow it beside `lease` without
+    /// allocating it (`rate_lease.rs`); everything else goes through [`rare`](Self::rare) and
+    /// [`rare_mut`](Self::rare_mut).
+    pub(super) rare: Option<Box<Rare>>,
 }
 
 /// The part of a key's state most keys never use.
