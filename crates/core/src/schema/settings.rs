@@ -326,12 +326,14 @@ fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, 
     }
 }
 
-/// `engine.rate_lease_ttl`: in [1s, 1h] (the store keeps a reservation at most an hour).
+/// `engine.rate_lease_ttl`: in [1s, 1h] (the store keeps a reservation at most
+/// [`crate::reserve::MAX_TTL_MICROS`], an hour).
 fn rate_lease_ttl<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<HumanDuration>, D::Error> {
     let ttl = HumanDuration::deserialize(d)?;
-    if (Duration::from_secs(1)..=Duration::from_secs(3_600)).contains(&ttl.0) {
+    let longest = Duration::from_micros(crate::reserve::MAX_TTL_MICROS);
+    if (Duration::from_secs(1)..=longest).contains(&ttl.0) {
         Ok(Some(ttl))
     } else {
         Err(serde::de::Error::custom(format!(
