@@ -1,6 +1,8 @@
 //! The engine's side of the global store: one lease call per key at a time, sized to demand, a
 //! background refill before a busy key's lease runs dry, and leases handed back. Every store call
-//! of the engine is made here; every background task is owned by [`Leaser::tasks`].
+//! of the engine is made here; every background task is owned by [`Leaser::tasks`]. What a call
+//! asks for and what its answer does to the key is [`Policy`]'s, a synchronous step with no
+//! store I/O (`policy.rs`, `grant.rs`); here are the calls around it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,11 +20,14 @@ use crate::plan::{Charge, Plan};
 use crate::store::{GlobalStore, LeaseAsk, StoreError, until};
 
 mod background;
+mod grant;
 mod outage;
+mod policy;
 mod rates;
 mod turns;
 
-use turns::Turn;
+use policy::Next;
+pub(crate) use policy::Policy;
 
 /// Lease returns in flight at once (a sweep or a shutdown may return many).
 const RETURNS_AT_ONCE: usize = 256;
@@ -220,128 +225,34 @@ impl Leaser {
         }
     }
 
-    /// Leases what `charge` is missing (and about a lease horizon of demand beyond it, or a cold
-    /// lease where the key looks far from its limit, or, at a starved key's turn, the demand it
-    /// saw while it waited).
+    /// Leases what `charge` is missing, as the policy sizes it ([`Policy::next`]).
     async fn lease_for(&self, charge: &Charge<'_>, now: u64) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let (missing, demand, cold, queued_demand, denying, rate_leased) = {
-            let mut state = bucket.lock();
-            state.expire(now);
-            state.fill(&bucket.rate, now);
-            let seen = state.seen_since_lease();
-            // Exact mode: what this request lacks, and what the requests waiting behind it need.
-            let waiting = match charge.info.mode {
-                Mode::Exact => state.rare().exact_waiting,
-                _ => 0,
-            };
-            (
-                charge
-                    .hits
-                    .saturating_sub(state.lease)
-                    .saturating_add(waiting),
-                f64::from(state.demand_per_sec),
-                state.far_from_limit(&bucket.rate, now),
-                (state.queued || state.denied_since_lease > 0).then_some(seen),
-                state.denied_since_lease > 0,
-                state.rate_leased(now),
-            )
-        };
-        let turn_gap = self.turn_gap(charge.info.mode, &bucket.rate);
-        if let (Some(seen), true) = (queued_demand, turn_gap > 0) {
-            let turn = Turn {
-                seen,
-                missing,
-                denying,
-                gap: turn_gap,
-            };
-            return self.lease_by_demand(charge, turn, now).await;
+        let policy = self.policy();
+        let next = policy.next(
+            &mut bucket.lock(),
+            &bucket.rate,
+            charge.info.mode,
+            charge.hits,
+            now,
+        );
+        match next {
+            Next::ByDemand(turn) => self.lease_by_demand(charge, turn, now).await,
+            Next::Ask(ask) => {
+                self.lease(bucket, charge.store_key(), ask, charge.hits, now)
+                    .await
+            }
         }
-        // A lease of rate fills the stock with the key's mean demand: the store is asked only
-        // for what a request lacks, and the burst stays in the store for every sidecar.
-        if rate_leased {
-            let ask = LeaseAsk {
-                turn_gap,
-                starved_below: missing,
-                ..LeaseAsk::exactly(missing)
-            };
-            return self
-                .lease(bucket, charge.store_key(), ask, charge.hits, now)
-                .await;
-        }
-        let mut want = self.lease_size(charge.info.mode, bucket.rate.burst, missing, demand);
-        let share = self.fleet_share(bucket.rate.burst, missing);
-        // What the lease keeps if the store shows the key is not far from its limit after all,
-        // and all it may take from below half the burst: this instance's share of it while it
-        // admits everything ([`fleet_share`](Self::fleet_share)). Once it has been denying, the
-        // key is starved and the bottom half is what the key's queue of turns shares out: the
-        // whole lease, as before, so a grant short of it still means a turn.
-        let mut keep = if denying { want } else { want.min(share) };
-        // A cold lease: a key far from its limit gets the share even without measured demand,
-        // so its next requests on this instance are decided without a store call (it is kept
-        // for `cold_lease_ttl`, then what is left goes back). Its extra beyond `keep` comes only
-        // from above half the burst ([`lease`](Self::lease)), since the count of live instances
-        // can be low (a fleet starting together counts itself as it registers). Not for a
-        // concurrency limit: slots taken ahead of demand would sit free here while another
-        // sidecar's request is refused.
-        let concurrency = bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency;
-        if cold && charge.info.mode == Mode::Strict && !self.store.is_in_process() && !concurrency {
-            want = want.max(share);
-        }
-        if bucket.rate.algorithm.is_window() {
-            // A window's lease lapses when the window ends: ask for no more than this
-            // instance can spend before then (its clock's idea of the end), so few leased
-            // tokens go unspent at the edge.
-            let left = sluice_core::window::until_window_end(&bucket.rate, now) as f64 / 1e6;
-            want = want.min(((demand * left).ceil() as u64).max(missing));
-            keep = keep.min(want);
-        }
-        // Short of what the request needs, or of a lease while this instance has been denying
-        // requests: starved fleet-wide, so into the key's queue. A lease merely short of its
-        // size is no such sign (under its limit a key's tokens can sit in other sidecars'
-        // leases for a while); it waits a lease horizon, as before the queue.
-        let starved_below = if denying { keep } else { missing };
-        let ask = LeaseAsk {
-            want,
-            least: keep,
-            turn_gap,
-            starved_below,
-            reserve: None,
-        };
-        self.lease(bucket, charge.store_key(), ask, charge.hits, now)
-            .await
     }
 
-    /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
-    /// `max_lease_fraction` of the burst (unless `missing` itself is more). Exact mode asks for
-    /// exactly what is missing (its own request's and those waiting behind it).
-    fn lease_size(&self, mode: Mode, burst: u64, missing: u64, demand_per_sec: f64) -> u64 {
-        if mode == Mode::Exact {
-            return missing;
+    /// The lease policy over what the store knows of the fleet now ([`policy`]).
+    pub(crate) fn policy(&self) -> Policy<'_> {
+        Policy {
+            settings: &self.settings,
+            live: self.store.live_instances(),
+            in_process: self.store.is_in_process(),
+            counts_holders: self.store.counts_holders(),
         }
-        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
-        horizon.clamp(missing, self.lease_cap(burst, missing))
-    }
-
-    /// This instance's share of half the burst among the live instances, at least `missing`:
-    /// what a lease may take from below half the burst ([`LeaseAsk::least`]), and a cold
-    /// lease's size. Every instance's leases then hold at most half the burst's bottom half, so
-    /// when the whole fleet asks at once (requests in step) each instance gets its request's
-    /// token while the burst covers the fleet. Without it, 32 sidecars at 30% of a limit of 124
-    /// with a burst of 128, each asking for a lease of 7 in the same millisecond, left 14 with
-    /// nothing: 18 false denials of 128 (the fleet simulator's property test,
-    /// `crates/fleetsim/tests/properties.rs`). A cold lease used to be at least
-    /// `max_lease_fraction` of the burst too: at 1 000 sidecars on a burst of 100 a few cold
-    /// leases of 5 held the top half of the burst for 30 s, and the simulator saw 12% of
-    /// requests at 80% of the limit denied (0 with the share alone).
-    fn fleet_share(&self, burst: u64, missing: u64) -> u64 {
-        let share = burst / self.store.live_instances().saturating_mul(2).max(1);
-        share.max(missing)
-    }
-
-    /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.
-    fn lease_cap(&self, burst: u64, missing: u64) -> u64 {
-        ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing)
     }
 
     /// Leases `ask.want` tokens for `bucket` (a request needs `needed` of them, 0 for a refill
@@ -362,7 +273,6 @@ impl Leaser {
         if let Some(e) = self.charge_owed(bucket, store_key).await {
             return Some(e);
         }
-        let want = ask.want;
         let reserve = self.reserve_ask(bucket, now);
         let ask = LeaseAsk { reserve, ..ask };
         let started = Instant::now();
@@ -377,99 +287,15 @@ impl Leaser {
         };
         self.metrics.tokens_granted(grant.granted);
         let arrived = self.clock.now_micros();
-        let lost_grant = {
-            let mut state = bucket.lock();
-            state.expire(now);
-            state.fill(&bucket.rate, arrived);
-            Self::apply_reserved(&mut state, &bucket.rate, reserve, &grant, now, arrived);
-            let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
-            // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
-            // it has (emptied at each grant, as a rate's is, it would refuse everything while the
-            // store is down).
-            let local = state.local;
-            state.add_window_grant(grant.granted, grant.remaining, want, now, window);
-            if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency {
-                state.local = local;
-            }
-            // Free slots go back after `lease_ttl` (never kept as a cold lease): others may wait.
-            state.cold_lease = grant.remaining >= bucket.rate.burst as f64 / 2.0
-                && bucket.rate.algorithm != sluice_core::bucket::Algorithm::Concurrency;
-            state.queued = false;
-            // What the store counts as this instance's slots against what it believes it holds.
-            let lost_grant = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
-                && self.store.counts_holders()
-            {
-                crate::holds::reconcile(&mut state, grant.window)
-            } else {
-                0
-            };
-            // Starved: the store gave this caller a turn in the key's queue, or less than it
-            // cannot do without. A grant merely short of the lease's size, with no turn, is no
-            // such sign: under its limit a key's tokens can sit in other sidecars' leases for a
-            // while, and a refill ahead (which needs nothing now) that found the store empty
-            // used to make this sidecar deny its next requests for a lease horizon without
-            // asking; the fleet simulator's property test found 3 false denials of 210 that way
-            // (7 sidecars in step at 47% of the limit, burst 21). The next request asks instead.
-            let starved = grant.turn_in.is_some() || grant.granted < ask.starved_below;
-            if grant.granted < ask.least && starved {
-                // Starved: global demand is above the limit (we got less than `least`, the lease the
-                // key would have had without a cold lease; a cold lease coming up short is no sign
-                // of contention). Spend what
-                // came, then deny locally while tokens refill in the global bucket (up to the
-                // burst, so nothing is lost) instead of asking on every request: a remote store is
-                // asked again after one lease horizon, or later if the tokens this request needs
-                // take longer to refill; the in-process store as soon as they are due. Never later
-                // than `lease_ttl`, so a reset, a returned lease or a rate that never refills is
-                // seen again soon, and a key can always lease again (no lockout).
-                //
-                // A sliding window is the exception: nothing accumulates for later (what a window
-                // leaves unused is gone when it ends) while the previous window's hits fade out
-                // continuously, so a starved sidecar asks again as soon as a whole lease has faded
-                // in, at least a tenth of a horizon apart; waiting a horizon for it capped what all
-                // sidecars together could take at their lease size per horizon (90% of L with the
-                // defaults and 4 sidecars; a quarter horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
-                let sliding =
-                    bucket.rate.algorithm == sluice_core::bucket::Algorithm::SlidingWindow;
-                let missing = if sliding {
-                    want.max(1)
-                } else {
-                    needed.saturating_sub(state.lease).max(1)
-                };
-                let horizon = micros(self.settings.lease_horizon);
-                // A concurrency limit never refills: its slots come back when requests end, at no
-                // time a rate can tell, so it asks again after a horizon.
-                let never = if bucket.rate.algorithm == sluice_core::bucket::Algorithm::Concurrency
-                {
-                    horizon
-                } else {
-                    u64::MAX
-                };
-                let until = bucket
-                    .rate
-                    .micros_until_at(grant.remaining, missing as f64, now)
-                    .unwrap_or(never);
-                let wait = if self.store.is_in_process() {
-                    until.max(1)
-                } else if sliding {
-                    until.max(horizon / 10)
-                } else {
-                    until.max(horizon)
-                };
-                // A turn in the key's queue of starved callers: the fleet's starved sidecars ask
-                // one at a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls
-                // a second however many they are. The wait is bounded by twice the queue every
-                // live instance would make, so a store that lost count cannot lock a key out.
-                let (wait, most) = match grant.turn_in {
-                    Some(turn) => {
-                        state.queued = true;
-                        (wait.max(turn), self.longest_wait(ask.turn_gap))
-                    }
-                    None => (wait, self.longest_wait_without_turn()),
-                };
-                state.set_retry_at(now.saturating_add(wait.min(most)));
-            }
-            lost_grant
-        };
+        let lost_grant = self.policy().apply(
+            &mut bucket.lock(),
+            &bucket.rate,
+            &ask,
+            &grant,
+            needed,
+            now,
+            arrived,
+        );
         if lost_grant > 0 {
             let started = Instant::now();
             let result = self

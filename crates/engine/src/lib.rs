@@ -16,8 +16,10 @@
 //! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's state behind its lock.
 //! - `plan`: a request's distinct buckets with their summed hits.
 //! - `table`: the tracked keys, bounded by `max_keys`, evicting only keys at rest.
-//! - `lease`: every store call: single-flight leases, lease sizing, background refills and
-//!   returns (owned by a task tracker), and the reservations leases of rate ask for
+//! - `lease`: every store call: single-flight leases, background refills and returns (owned by a
+//!   task tracker), over the lease policy, a synchronous step with no store I/O (`lease/policy.rs`:
+//!   what a call asks for; `lease/grant.rs`: what its answer does to the key), and the
+//!   reservations leases of rate ask for
 //!   (`lease/rates.rs`; only with `engine.rate_lease_ttl` set, `EngineSettings::rate_lease_ttl`).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
 //! - [`metrics`]: the engine's Prometheus series.

@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_core::bucket::Algorithm;
-use sluice_core::config::Mode;
 
 use super::{Leaser, RETURNS_AT_ONCE};
 use crate::bucket::LeaseBucket;
 use crate::metrics::StoreOp;
 use crate::plan::Charge;
-use crate::store::LeaseAsk;
 use crate::table::Return;
 
 impl Leaser {
@@ -32,49 +30,12 @@ impl Leaser {
         self.tasks.spawn_on(
             async move {
                 let _flight = flight;
-                let (want, low, due, reserving) = {
+                let ask = {
                     let state = bucket.lock();
-                    let want = leaser.lease_size(
-                        Mode::Strict,
-                        bucket.rate.burst,
-                        1,
-                        f64::from(state.demand_per_sec),
-                    );
-                    (
-                        want,
-                        state.lease_is_low(),
-                        state.rate_lease_due(&bucket.rate, now),
-                        state.has_rate_lease(),
-                    )
+                    leaser.policy().refill(&state, &bucket.rate, now)
                 };
-                // Nothing is missing yet: a refill ahead that comes up short takes a turn only
-                // while the key has a queue of starved callers (else it waits a lease horizon).
-                // A key with a lease of rate takes from below half the burst only this
-                // instance's share of it, as a request's lease does (`Leaser::fleet_share`):
-                // with a refill of 5 beside each reservation, 32 sidecars at 80% of a burst of
-                // 100 held the burst in leases as their reservations began (stocks empty, the
-                // store refilling at L − R), and the store was empty for a request the exact
-                // limiter admits (simulated). Token leases keep taking all of it: the store
-                // refills at L under them, and the share cost them more calls than decisions
-                // (128 sidecars at 100%: 143 calls a second, for 6.0% → 1.4% false denials).
-                let least = if reserving {
-                    want.min(leaser.fleet_share(bucket.rate.burst, 1))
-                } else {
-                    want
-                };
-                let ask = LeaseAsk {
-                    least,
-                    turn_gap: leaser.turn_gap(Mode::Strict, &bucket.rate),
-                    ..LeaseAsk::exactly(want)
-                };
-                if low {
+                if let Some(ask) = ask {
                     leaser.lease(&bucket, &store_key, ask, 0, now).await;
-                } else if due {
-                    // A lease of rate in its last quarter: renewed with no tokens, before the
-                    // stock stops filling ([`Leaser::lease`] asks for the reservation).
-                    leaser
-                        .lease(&bucket, &store_key, LeaseAsk::exactly(0), 0, now)
-                        .await;
                 }
             },
             &handle,

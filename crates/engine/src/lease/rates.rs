@@ -10,9 +10,8 @@ use sluice_core::config::Mode;
 
 use super::{Leaser, micros};
 use crate::bucket::LeaseBucket;
-use crate::ledger::LeaseState;
 use crate::ledger::rate_lease::RateLease;
-use crate::store::{LeaseAsk, LeaseGrant, ReserveAsk, StoreError};
+use crate::store::{LeaseAsk, ReserveAsk, StoreError};
 use crate::table::Return;
 
 /// Engines of one process are told apart as holders by a number each (a Redis store replaces
@@ -81,23 +80,5 @@ impl Leaser {
             .lease_asking(&r.store_key, r.rate, ask)
             .await
             .map(|_| ())
-    }
-
-    /// The store answered a call sent at `sent` that asked for `asked`, at `arrived`: the key's
-    /// stock (a bucket of `rate`) fills at what was granted from now until `sent` plus the ttl
-    /// ([`RateLease::granted`]).
-    pub(super) fn apply_reserved(
-        state: &mut LeaseState,
-        rate: &sluice_core::bucket::Rate,
-        asked: Option<ReserveAsk>,
-        grant: &LeaseGrant,
-        sent: u64,
-        arrived: u64,
-    ) {
-        let (Some(asked), Some(lease)) = (asked, state.rare_mut().rate_lease.as_mut()) else {
-            return;
-        };
-        let granted = grant.reserved.unwrap_or(0);
-        lease.granted(rate, granted, sent, arrived, asked.ttl_micros);
     }
 }

@@ -249,7 +249,7 @@ impl LeaseState {
 
     /// Whether the key looks far from its limit: never read here, or the global bucket held at
     /// least half its burst at the last reading (refilled since). Such a key's lease is a
-    /// *cold lease*: sized without measured demand (`Leaser::fleet_share`) and kept for
+    /// *cold lease*: sized without measured demand (`Policy::fleet_share`, `lease/policy.rs`) and kept for
     /// `cold_lease_ttl` instead of `lease_ttl`.
     pub fn far_from_limit(&self, rate: &Rate, now: u64) -> bool {
         !self.global_known || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0

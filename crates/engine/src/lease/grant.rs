@@ -1,0 +1,144 @@
+//! The second half of the lease policy's step ([`Policy`]): what a lease call's answer does to
+//! its key, under the key's lock and with no store I/O.
+
+use sluice_core::bucket::{Algorithm, Rate};
+
+use super::micros;
+use super::policy::Policy;
+use crate::ledger::LeaseState;
+use crate::store::{LeaseAsk, LeaseGrant};
+
+impl Policy<'_> {
+    /// The store answered `ask`, sent at `now` for a request needing `needed` tokens (0 for a
+    /// refill ahead), with `grant`, which reached this instance at `arrived`: the lease takes the
+    /// tokens, the stock of rate its reservation, and a starved key its turn (when it may ask
+    /// again). Returns a concurrency key's slots the store counts for this instance beyond what
+    /// it believes it holds: the caller releases them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply(
+        &self,
+        state: &mut LeaseState,
+        rate: &Rate,
+        ask: &LeaseAsk,
+        grant: &LeaseGrant,
+        needed: u64,
+        now: u64,
+        arrived: u64,
+    ) -> u64 {
+        state.expire(now);
+        state.fill(rate, arrived);
+        apply_reserved(state, rate, ask, grant, now, arrived);
+        let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
+        let concurrency = rate.algorithm == Algorithm::Concurrency;
+        // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what
+        // it has (emptied at each grant, as a rate's is, it would refuse everything while the
+        // store is down).
+        let local = state.local;
+        state.add_window_grant(grant.granted, grant.remaining, ask.want, now, window);
+        if concurrency {
+            state.local = local;
+        }
+        // Free slots go back after `lease_ttl` (never kept as a cold lease): others may wait.
+        state.cold_lease = grant.remaining >= rate.burst as f64 / 2.0 && !concurrency;
+        state.queued = false;
+        // What the store counts as this instance's slots against what it believes it holds.
+        let lost_grant = if concurrency && self.counts_holders {
+            crate::holds::reconcile(state, grant.window)
+        } else {
+            0
+        };
+        // Starved: the store gave this caller a turn in the key's queue, or less than it
+        // cannot do without. A grant merely short of the lease's size, with no turn, is no
+        // such sign: under its limit a key's tokens can sit in other sidecars' leases for a
+        // while, and a refill ahead (which needs nothing now) that found the store empty
+        // used to make this sidecar deny its next requests for a lease horizon without
+        // asking; the fleet simulator's property test found 3 false denials of 210 that way
+        // (7 sidecars in step at 47% of the limit, burst 21). The next request asks instead.
+        let starved = grant.turn_in.is_some() || grant.granted < ask.starved_below;
+        if grant.granted < ask.least && starved {
+            let retry_at = self.retry_at(state, rate, ask, grant, needed, now);
+            state.set_retry_at(retry_at);
+        }
+        lost_grant
+    }
+
+    /// When a starved key asks again. Global demand is above the limit (the grant was short of
+    /// `least`, the lease the key would have had without a cold lease; a cold lease coming up
+    /// short is no sign of contention): it spends what came, then denies locally while tokens
+    /// refill in the global bucket (up to the burst, so nothing is lost) instead of asking on
+    /// every request. A remote store is asked again after one lease horizon, or later if the
+    /// tokens this request needs take longer to refill; the in-process store as soon as they
+    /// are due. Never later than `lease_ttl`, so a reset, a returned lease or a rate that never
+    /// refills is seen again soon, and a key can always lease again (no lockout).
+    ///
+    /// A sliding window is the exception: nothing accumulates for later (what a window leaves
+    /// unused is gone when it ends) while the previous window's hits fade out continuously, so
+    /// a starved sidecar asks again as soon as a whole lease has faded in, at least a tenth of
+    /// a horizon apart; waiting a horizon for it capped what all sidecars together could take
+    /// at their lease size per horizon (90% of L with the defaults and 4 sidecars; a quarter
+    /// horizon 97.4–97.9%, a tenth 99%: RESULTS.md).
+    fn retry_at(
+        &self,
+        state: &mut LeaseState,
+        rate: &Rate,
+        ask: &LeaseAsk,
+        grant: &LeaseGrant,
+        needed: u64,
+        now: u64,
+    ) -> u64 {
+        let sliding = rate.algorithm == Algorithm::SlidingWindow;
+        let missing = if sliding {
+            ask.want.max(1)
+        } else {
+            needed.saturating_sub(state.lease).max(1)
+        };
+        let horizon = micros(self.settings.lease_horizon);
+        // A concurrency limit never refills: its slots come back when requests end, at no
+        // time a rate can tell, so it asks again after a horizon.
+        let never = if rate.algorithm == Algorithm::Concurrency {
+            horizon
+        } else {
+            u64::MAX
+        };
+        let until = rate
+            .micros_until_at(grant.remaining, missing as f64, now)
+            .unwrap_or(never);
+        let wait = if self.in_process {
+            until.max(1)
+        } else if sliding {
+            until.max(horizon / 10)
+        } else {
+            until.max(horizon)
+        };
+        // A turn in the key's queue of starved callers: the fleet's starved sidecars ask one at
+        // a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls a second
+        // however many they are. The wait is bounded by twice the queue every live instance
+        // would make, so a store that lost count cannot lock a key out.
+        let (wait, most) = match grant.turn_in {
+            Some(turn) => {
+                state.queued = true;
+                (wait.max(turn), self.longest_wait(ask.turn_gap))
+            }
+            None => (wait, self.longest_wait_without_turn()),
+        };
+        now.saturating_add(wait.min(most))
+    }
+}
+
+/// A call that asked for a reservation (`ask.reserve`), sent at `sent`, was answered at
+/// `arrived`: the key's stock (a bucket of `rate`) fills at what was granted from then until
+/// `sent` plus the ttl ([`RateLease::granted`](crate::ledger::rate_lease::RateLease::granted)).
+fn apply_reserved(
+    state: &mut LeaseState,
+    rate: &Rate,
+    ask: &LeaseAsk,
+    grant: &LeaseGrant,
+    sent: u64,
+    arrived: u64,
+) {
+    let (Some(asked), Some(lease)) = (ask.reserve, state.rare_mut().rate_lease.as_mut()) else {
+        return;
+    };
+    let granted = grant.reserved.unwrap_or(0);
+    lease.granted(rate, granted, sent, arrived, asked.ttl_micros);
+}

@@ -1,0 +1,277 @@
+//! The lease policy as one synchronous step over a key's state and `now`: how much a lease call
+//! asks for, and what its answer does to the key (its lease, its stock of rate, its turn in a
+//! starved key's queue, when it may ask again). No store I/O and no clock: the
+//! [`Leaser`](super::Leaser) reads what the store knows of the fleet once per call
+//! ([`Leaser::policy`](super::Leaser::policy)), asks here under the key's lock, makes the call,
+//! and hands the answer back here. governor's `gcra.rs` is the model: state in, decision out.
+
+use sluice_core::bucket::{Algorithm, Rate};
+use sluice_core::config::Mode;
+
+use super::micros;
+use crate::decision::EngineSettings;
+use crate::ledger::LeaseState;
+use crate::store::LeaseAsk;
+
+/// What the policy knows beyond one key: the engine's settings and the store's view of the fleet.
+pub(crate) struct Policy<'a> {
+    pub(super) settings: &'a EngineSettings,
+    /// Live instances the store counts (1 for a store that does not count).
+    pub(super) live: u64,
+    /// The store is in this process: its calls cost nothing, so no turns and no cold leases.
+    pub(super) in_process: bool,
+    /// The store counts a concurrency key's holders ([`crate::store::GlobalStore::counts_holders`]).
+    pub(super) counts_holders: bool,
+}
+
+/// A request's lease call, as the policy sizes it.
+pub(super) enum Next {
+    /// At its turn in a starved key's queue, or after it had to deny: sized by demand.
+    ByDemand(Turn),
+    /// Any other lease.
+    Ask(LeaseAsk),
+}
+
+/// What a sidecar knows when it asks by demand (at its turn, or after it had to deny).
+pub(super) struct Turn {
+    /// Hits spent and denied since its last lease.
+    pub(super) seen: u64,
+    /// Tokens the request lacks.
+    pub(super) missing: u64,
+    /// Whether it denied since its last lease.
+    pub(super) denying: bool,
+    /// The gap between turns (µs).
+    pub(super) gap: u64,
+}
+
+impl Policy<'_> {
+    /// The lease call for a request of `hits` on a key in `state` (a bucket of `rate`, `mode`)
+    /// whose lease cannot pay it: what it is missing and about a lease horizon of demand beyond
+    /// it, or a cold lease where the key looks far from its limit, or, at a starved key's turn,
+    /// the demand it saw while it waited.
+    pub(super) fn next(
+        &self,
+        state: &mut LeaseState,
+        rate: &Rate,
+        mode: Mode,
+        hits: u64,
+        now: u64,
+    ) -> Next {
+        state.expire(now);
+        state.fill(rate, now);
+        let seen = state.seen_since_lease();
+        // Exact mode: what this request lacks, and what the requests waiting behind it need.
+        let waiting = match mode {
+            Mode::Exact => state.rare().exact_waiting,
+            _ => 0,
+        };
+        let missing = hits.saturating_sub(state.lease).saturating_add(waiting);
+        let demand = f64::from(state.demand_per_sec);
+        let cold = state.far_from_limit(rate, now);
+        let denying = state.denied_since_lease > 0;
+        let turn_gap = self.turn_gap(mode, rate);
+        if (state.queued || denying) && turn_gap > 0 {
+            return Next::ByDemand(Turn {
+                seen,
+                missing,
+                denying,
+                gap: turn_gap,
+            });
+        }
+        // A lease of rate fills the stock with the key's mean demand: the store is asked only
+        // for what a request lacks, and the burst stays in the store for every sidecar.
+        if state.rate_leased(now) {
+            return Next::Ask(LeaseAsk {
+                turn_gap,
+                starved_below: missing,
+                ..LeaseAsk::exactly(missing)
+            });
+        }
+        let mut want = self.lease_size(mode, rate.burst, missing, demand);
+        let share = self.fleet_share(rate.burst, missing);
+        // What the lease keeps if the store shows the key is not far from its limit after all,
+        // and all it may take from below half the burst: this instance's share of it while it
+        // admits everything ([`fleet_share`](Self::fleet_share)). Once it has been denying, the
+        // key is starved and the bottom half is what the key's queue of turns shares out: the
+        // whole lease, as before, so a grant short of it still means a turn.
+        let mut keep = if denying { want } else { want.min(share) };
+        // A cold lease: a key far from its limit gets the share even without measured demand,
+        // so its next requests on this instance are decided without a store call (it is kept
+        // for `cold_lease_ttl`, then what is left goes back). Its extra beyond `keep` comes only
+        // from above half the burst ([`LeaseAsk::least`]), since the count of live instances
+        // can be low (a fleet starting together counts itself as it registers). Not for a
+        // concurrency limit: slots taken ahead of demand would sit free here while another
+        // sidecar's request is refused.
+        let concurrency = rate.algorithm == Algorithm::Concurrency;
+        if cold && mode == Mode::Strict && !self.in_process && !concurrency {
+            want = want.max(share);
+        }
+        if rate.algorithm.is_window() {
+            // A window's lease lapses when the window ends: ask for no more than this
+            // instance can spend before then (its clock's idea of the end), so few leased
+            // tokens go unspent at the edge.
+            let left = sluice_core::window::until_window_end(rate, now) as f64 / 1e6;
+            want = want.min(((demand * left).ceil() as u64).max(missing));
+            keep = keep.min(want);
+        }
+        // Short of what the request needs, or of a lease while this instance has been denying
+        // requests: starved fleet-wide, so into the key's queue. A lease merely short of its
+        // size is no such sign (under its limit a key's tokens can sit in other sidecars' leases
+        // for a while); it waits a lease horizon, as before the queue.
+        let starved_below = if denying { keep } else { missing };
+        Next::Ask(LeaseAsk {
+            want,
+            least: keep,
+            turn_gap,
+            starved_below,
+            reserve: None,
+        })
+    }
+
+    /// The lease call at a starved key's turn (or after it had to deny): what was asked of this
+    /// instance since its last lease (it will wait about as long again), up to what the key
+    /// refills in a lease horizon or a turn gap (or `max_lease_fraction` of the burst, where
+    /// more): each turn then takes what refilled since the turn before it, so the fleet's
+    /// starved calls take all of `L` at `starved_calls_per_sec` calls a second, and no sidecar
+    /// takes more than it is likely to get to spend (after a reset, the burst goes to every
+    /// sidecar that asks, not to the first).
+    pub(super) fn by_demand(&self, rate: &Rate, turn: &Turn) -> LeaseAsk {
+        let most = self.turn_ask_cap(rate, turn.gap).max(turn.missing);
+        let want = turn.seen.clamp(turn.missing, most);
+        LeaseAsk {
+            want,
+            least: want,
+            turn_gap: turn.gap,
+            starved_below: want,
+            reserve: None,
+        }
+    }
+
+    /// A demand-sized lease call for `turn` ended (`got_all`: it succeeded and left the key out
+    /// of the queue). If this instance had to deny since its last lease and the bucket is still
+    /// below half its burst, the key is still contended: the lease, enough for about as long as
+    /// this instance waited, is kept that long (the sweep would hand most of it back after
+    /// `lease_ttl`, into a bucket that missed turns may have let fill), and the next ask is
+    /// sized the same way. It asks again as soon as the lease runs out: no turn to wait for, so
+    /// a key whose demand fell under its limit is never denied here. A lease that covered its
+    /// demand, or a bucket far from its limit, is back to ordinary leases (else leases sized for
+    /// a wait that no longer comes would hold the burst).
+    pub(super) fn after_demand(state: &mut LeaseState, turn: &Turn, succeeded: bool) {
+        if succeeded && !state.queued {
+            state.queued = turn.denying && !state.cold_lease;
+        }
+    }
+
+    /// The background refill of a busy key (nothing is missing yet), or its lease of rate's
+    /// renewal: `None` when neither is due.
+    pub(super) fn refill(&self, state: &LeaseState, rate: &Rate, now: u64) -> Option<LeaseAsk> {
+        let want = self.lease_size(Mode::Strict, rate.burst, 1, f64::from(state.demand_per_sec));
+        if state.lease_is_low() {
+            // A refill ahead that comes up short takes a turn only while the key has a queue of
+            // starved callers (else it waits a lease horizon). A key with a lease of rate takes
+            // from below half the burst only this instance's share of it, as a request's lease
+            // does ([`fleet_share`](Self::fleet_share)): with a refill of 5 beside each
+            // reservation, 32 sidecars at 80% of a burst of 100 held the burst in leases as
+            // their reservations began (stocks empty, the store refilling at L − R), and the
+            // store was empty for a request the exact limiter admits (simulated). Token leases
+            // keep taking all of it: the store refills at L under them, and the share cost them
+            // more calls than decisions (128 sidecars at 100%: 143 calls a second, for 6.0% →
+            // 1.4% false denials).
+            let least = if state.has_rate_lease() {
+                want.min(self.fleet_share(rate.burst, 1))
+            } else {
+                want
+            };
+            Some(LeaseAsk {
+                least,
+                turn_gap: self.turn_gap(Mode::Strict, rate),
+                ..LeaseAsk::exactly(want)
+            })
+        } else if state.rate_lease_due(rate, now) {
+            // A lease of rate in its last quarter: renewed with no tokens, before the stock
+            // stops filling (the call asks for the reservation).
+            Some(LeaseAsk::exactly(0))
+        } else {
+            None
+        }
+    }
+
+    /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
+    /// `max_lease_fraction` of the burst (unless `missing` itself is more). Exact mode asks for
+    /// exactly what is missing (its own request's and those waiting behind it).
+    fn lease_size(&self, mode: Mode, burst: u64, missing: u64, demand_per_sec: f64) -> u64 {
+        if mode == Mode::Exact {
+            return missing;
+        }
+        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).ceil() as u64;
+        horizon.clamp(missing, self.lease_cap(burst, missing))
+    }
+
+    /// This instance's share of half the burst among the live instances, at least `missing`:
+    /// what a lease may take from below half the burst ([`LeaseAsk::least`]), and a cold
+    /// lease's size. Every instance's leases then hold at most half the burst's bottom half, so
+    /// when the whole fleet asks at once (requests in step) each instance gets its request's
+    /// token while the burst covers the fleet. Without it, 32 sidecars at 30% of a limit of 124
+    /// with a burst of 128, each asking for a lease of 7 in the same millisecond, left 14 with
+    /// nothing: 18 false denials of 128 (the fleet simulator's property test,
+    /// `crates/fleetsim/tests/properties.rs`). A cold lease used to be at least
+    /// `max_lease_fraction` of the burst too: at 1 000 sidecars on a burst of 100 a few cold
+    /// leases of 5 held the top half of the burst for 30 s, and the simulator saw 12% of
+    /// requests at 80% of the limit denied (0 with the share alone).
+    fn fleet_share(&self, burst: u64, missing: u64) -> u64 {
+        let share = burst / self.live.saturating_mul(2).max(1);
+        share.max(missing)
+    }
+
+    /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.
+    fn lease_cap(&self, burst: u64, missing: u64) -> u64 {
+        ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing)
+    }
+
+    /// The most a demand-sized ask takes: what `rate` refills in a lease horizon or a turn
+    /// gap, whichever is longer, or `max_lease_fraction` of the burst, where more; at most the
+    /// burst.
+    fn turn_ask_cap(&self, rate: &Rate, turn_gap: u64) -> u64 {
+        let span = micros(self.settings.lease_horizon).max(turn_gap);
+        let refilled = rate.refill(0.0, span).ceil() as u64;
+        refilled.max(self.lease_cap(rate.burst, 0)).min(rate.burst)
+    }
+
+    /// The gap between turns of a starved key's callers (µs; 0: no turns): a strict token
+    /// bucket on a remote store. The in-process store is asked again as soon as a token is due
+    /// (its calls cost nothing); windows keep their own retry (what a window leaves unused is
+    /// gone when it ends, so waiting in a queue would lose it); exact mode asks on every request.
+    pub(super) fn turn_gap(&self, mode: Mode, rate: &Rate) -> u64 {
+        let turns = mode == Mode::Strict && !self.in_process && !rate.algorithm.is_window();
+        if turns { self.configured_turn_gap() } else { 0 }
+    }
+
+    /// The longest a starved key waits for its turn: twice the queue every live instance would
+    /// make (`turn_gap` apart), at least `lease_ttl`. A store that lost count of its queue
+    /// cannot lock a key out for longer.
+    pub(super) fn longest_wait(&self, turn_gap: u64) -> u64 {
+        let queue = self.live.saturating_mul(turn_gap);
+        self.longest_wait_without_turn()
+            .max(queue.saturating_mul(2))
+    }
+
+    /// The longest any starved key waits: `lease_ttl` (at least a lease horizon), so a reset, a
+    /// returned lease or a rate that never refills is seen again soon.
+    pub(super) fn longest_wait_without_turn(&self) -> u64 {
+        micros(self.settings.lease_ttl).max(micros(self.settings.lease_horizon))
+    }
+
+    /// How long a starved key's lease is kept ([`longest_wait`](Self::longest_wait) at the
+    /// configured turn gap): the sweep's bound for it.
+    pub(super) fn starved_lease_ttl(&self) -> u64 {
+        self.longest_wait(self.configured_turn_gap())
+    }
+
+    /// `1 / starved_calls_per_sec`, in µs.
+    fn configured_turn_gap(&self) -> u64 {
+        1_000_000 / u64::from(self.settings.starved_calls_per_sec.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests;

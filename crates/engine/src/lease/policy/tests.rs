@@ -1,0 +1,181 @@
+//! The lease policy's step on its own: a key's state in, an ask or a key changed out, with no
+//! store and no clock (times are plain numbers).
+
+use proptest::prelude::*;
+use sluice_core::Unit;
+use sluice_core::bucket::{Algorithm, Rate};
+use sluice_core::config::Mode;
+
+use super::{Next, Policy, Turn};
+use crate::decision::EngineSettings;
+use crate::ledger::LeaseState;
+use crate::store::{LeaseAsk, LeaseGrant};
+
+const NOW: u64 = 1_000_000_000;
+
+fn rate(limit: u64, burst: u64) -> Rate {
+    Rate {
+        burst,
+        ..Rate::per_unit(limit, Unit::Second)
+    }
+}
+
+fn policy(settings: &EngineSettings, live: u64) -> Policy<'_> {
+    Policy {
+        settings,
+        live,
+        in_process: false,
+        counts_holders: false,
+    }
+}
+
+fn ask(next: Next) -> LeaseAsk {
+    match next {
+        Next::Ask(ask) => ask,
+        Next::ByDemand(_) => panic!("a key that never denied asks by demand"),
+    }
+}
+
+proptest! {
+    /// A fleet of `live` sidecars whose first requests reach the store in the same millisecond
+    /// (cold keys, requests in step) takes at most half the burst from its bottom half, so
+    /// while the burst covers the fleet every sidecar's request finds its token.
+    #[test]
+    fn a_fleet_in_step_leaves_the_bottom_half_of_the_burst(
+        live in 1u64..2_000,
+        burst in 1u64..10_000,
+        limit in 1u64..10_000,
+        hits in 1u64..4,
+    ) {
+        let settings = EngineSettings::default();
+        let p = policy(&settings, live);
+        let r = rate(limit, burst);
+        let mut least = 0u64;
+        for _ in 0..live {
+            let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+            let a = ask(p.next(&mut state, &r, Mode::Strict, hits, NOW));
+            prop_assert!(a.want >= hits, "{a:?} short of the request");
+            prop_assert!(a.least <= a.want);
+            prop_assert!(a.least <= (burst / (2 * live)).max(hits), "{a:?}");
+            least += a.least;
+        }
+        if burst >= 2 * live * hits {
+            prop_assert!(least <= burst / 2, "{least} of {burst} from the bottom half");
+        }
+    }
+
+    /// No lockout: whatever the store answers (any grant, any turn however far), a starved key
+    /// asks again within twice the queue the live fleet makes, or `lease_ttl`.
+    #[test]
+    fn a_starved_key_always_asks_again_within_the_bound(
+        live in 1u64..5_000,
+        burst in 1u64..10_000,
+        limit in 0u64..10_000,
+        want in 1u64..10_000,
+        granted_of_want in 0u64..100,
+        remaining in 0.0f64..10_000.0,
+        turn_in in proptest::option::of(any::<u64>()),
+        window in any::<bool>(),
+    ) {
+        let settings = EngineSettings::default();
+        let p = policy(&settings, live);
+        let r = Rate {
+            algorithm: if window { Algorithm::SlidingWindow } else { Algorithm::TokenBucket },
+            ..rate(limit, burst)
+        };
+        let gap = p.turn_gap(Mode::Strict, &r);
+        let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+        let granted = want * granted_of_want / 100;
+        let asked = LeaseAsk { turn_gap: gap, starved_below: want, ..LeaseAsk::exactly(want) };
+        let grant = LeaseGrant {
+            turn_in,
+            ..LeaseGrant::of(granted, remaining.min(burst as f64), &r, NOW)
+        };
+        p.apply(&mut state, &r, &asked, &grant, want, NOW, NOW + 1_000);
+        let bound = p.longest_wait(gap);
+        prop_assert!(state.retry_at() <= NOW + bound, "{} µs", state.retry_at() - NOW);
+        prop_assert_eq!(state.retry_at() > NOW, granted < want, "starved only when short");
+        prop_assert_eq!(state.queued, granted < want && turn_in.is_some());
+        prop_assert_eq!(state.lease, granted);
+    }
+
+    /// At its turn a starved key asks for what it saw, never less than its request needs and
+    /// never more than the burst (unless the request itself is more), all or nothing.
+    #[test]
+    fn a_turn_asks_for_the_demand_it_saw(
+        burst in 1u64..10_000,
+        limit in 1u64..10_000,
+        seen in 0u64..100_000,
+        missing in 1u64..20_000,
+    ) {
+        let settings = EngineSettings::default();
+        let p = policy(&settings, 32);
+        let r = rate(limit, burst);
+        let turn = Turn { seen, missing, denying: true, gap: p.turn_gap(Mode::Strict, &r) };
+        let a = p.by_demand(&r, &turn);
+        prop_assert!(a.want >= missing);
+        prop_assert!(a.want <= burst.max(missing));
+        // What it saw, up to `max_lease_fraction` of the burst at least.
+        let fraction = (burst as f64 * settings.max_lease_fraction).ceil() as u64;
+        prop_assert!(a.want >= seen.min(fraction), "{a:?}");
+        prop_assert_eq!((a.least, a.starved_below), (a.want, a.want));
+    }
+}
+
+/// A key whose grant came with a turn is in the queue: its next lease call is sized by demand
+/// (not a lease horizon's), and a turn that got all it asked for while it had been denying
+/// keeps it there; one that was not denying is back to ordinary leases.
+#[test]
+fn a_turn_puts_the_key_in_the_queue_until_its_demand_is_met() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 100);
+    let r = rate(100, 100);
+    let gap = p.turn_gap(Mode::Strict, &r);
+    assert_eq!(gap, 1_000_000 / u64::from(settings.starved_calls_per_sec));
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    let asked = LeaseAsk {
+        turn_gap: gap,
+        ..LeaseAsk::exactly(5)
+    };
+    let grant = LeaseGrant {
+        turn_in: Some(3_000_000),
+        ..LeaseGrant::of(0, 0.0, &r, NOW)
+    };
+    p.apply(&mut state, &r, &asked, &grant, 1, NOW, NOW + 1_000);
+    assert!(state.queued);
+    assert_eq!(state.retry_at(), NOW + 3_000_000, "its turn, not a horizon");
+    let Next::ByDemand(turn) = p.next(&mut state, &r, Mode::Strict, 1, NOW + 3_000_000) else {
+        panic!("a queued key asks by demand");
+    };
+    let mut met = state.clone();
+    met.queued = false;
+    Policy::after_demand(&mut met, &turn, true);
+    assert!(!met.queued, "it had not denied: back to ordinary leases");
+    let denying = Turn {
+        denying: true,
+        ..turn
+    };
+    Policy::after_demand(&mut met, &denying, true);
+    assert!(met.queued, "it had denied: the queue goes on");
+}
+
+/// The in-process store has no turns: a starved key asks again as soon as its token is due.
+#[test]
+fn in_process_no_turns_and_asks_when_the_token_is_due() {
+    let settings = EngineSettings::default();
+    let p = Policy {
+        in_process: true,
+        ..policy(&settings, 1)
+    };
+    let r = rate(10, 10);
+    assert_eq!(p.turn_gap(Mode::Strict, &r), 0);
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    let grant = LeaseGrant::of(0, 0.5, &r, NOW);
+    let asked = LeaseAsk {
+        starved_below: 1,
+        ..LeaseAsk::exactly(1)
+    };
+    p.apply(&mut state, &r, &asked, &grant, 1, NOW, NOW);
+    // Half a token at 10 a second: the other half is due in 50 ms.
+    assert_eq!(state.retry_at(), NOW + 50_000);
+}
