@@ -25,30 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sluice_core::bucket::{Algorithm, Rate};
 
 use crate::ledger::LeaseState;
-
-/// Where a hold's slots came from, so they go back there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// The lease of this epoch (`Rare::hold_epoch`).
-    Lease(u32),
-    /// The local bucket (local mode, or the `local_share` fallback).
-    Local,
-    /// Nothing was taken (the `allow` fallback).
-    Nothing,
-}
-
-/// One request's hold on one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldRecord {
-    /// The token the release names (random, never 0).
-    pub token: u64,
-    /// Slots held.
-    pub slots: u64,
-    /// When it lapses (µs, engine clock): its rule's hold timeout after it was taken.
-    pub until: u64,
-    /// Where the slots go back to.
-    pub source: Source,
-}
+pub use crate::ledger::held::{HeldFrom, HoldRecord};
 
 /// Records a hold on `state` (its lock held).
 pub(crate) fn record(state: &mut LeaseState, hold: HoldRecord) {
@@ -73,7 +50,7 @@ pub(crate) fn release(
     let mut hold = holds.swap_remove(at);
     // What the reservation paid, and so covers of the usage: nothing under the `allow`
     // fallback, which took nothing.
-    let covered = if hold.source == Source::Nothing {
+    let covered = if hold.source == HeldFrom::Nothing {
         0
     } else {
         hold.slots
@@ -117,7 +94,7 @@ pub(crate) fn leased_slots(state: &LeaseState) -> u64 {
         .rare()
         .holds
         .iter()
-        .filter(|h| h.source == Source::Lease(epoch))
+        .filter(|h| h.source == HeldFrom::Lease(epoch))
         .map(|h| h.slots)
         .fold(0, u64::saturating_add)
 }
@@ -146,11 +123,11 @@ pub(crate) fn reconcile(state: &mut LeaseState, held: u64) -> u64 {
 
 fn give_back(state: &mut LeaseState, rate: &Rate, hold: &HoldRecord, now: u64) {
     match hold.source {
-        Source::Lease(epoch) if epoch == state.rare().hold_epoch => {
+        HeldFrom::Lease(epoch) if epoch == state.rare().hold_epoch => {
             state.lease = state.lease.saturating_add(hold.slots);
         }
-        Source::Lease(_) | Source::Nothing => {}
-        Source::Local => {
+        HeldFrom::Lease(_) | HeldFrom::Nothing => {}
+        HeldFrom::Local => {
             state.local.refill(rate, now);
             state.local.tokens = (state.local.tokens + hold.slots as f64).min(rate.burst as f64);
         }

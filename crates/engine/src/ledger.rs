@@ -415,6 +415,7 @@ pub fn settle(
     Settlement::Settled { allowed, verdicts }
 }
 
+pub mod held;
 mod owed;
 pub mod rate_lease;
 mod state;

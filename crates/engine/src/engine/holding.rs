@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use super::Engine;
 use crate::decision::RateLimitRequest;
-use crate::holds::{self, HoldRecord, Source};
+use crate::holds::{self, HeldFrom, HoldRecord};
 use crate::key::Values;
 use crate::ledger::{LeaseState, Terms, Verdict};
 use crate::plan::{Plan, Settled, hold_keys};
@@ -87,11 +87,11 @@ impl Engine {
                 continue;
             }
             let source = if t.forced() {
-                Source::Nothing
+                HeldFrom::Nothing
             } else if t.effective().0 == Mode::Local {
-                Source::Local
+                HeldFrom::Local
             } else {
-                Source::Lease(state.rare().hold_epoch)
+                HeldFrom::Lease(state.rare().hold_epoch)
             };
             // A concurrency limit's slots live its period (the hold timeout); a reservation its
             // rule's `hold_timeout`.

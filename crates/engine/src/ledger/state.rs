@@ -81,7 +81,7 @@ pub struct Rare {
     /// keys that were denied pay for it.
     pub last_denial: Option<crate::decision::LastDenial>,
     /// Concurrency limits: the holds of requests in flight on this key ([`crate::holds`]).
-    pub holds: Vec<crate::holds::HoldRecord>,
+    pub holds: Vec<super::held::HoldRecord>,
     /// Concurrency limits: which lease holds taken from the lease came from. It moves on when
     /// the lease lapses (the store freed this instance's slots), so holds of the lapsed lease
     /// give nothing back to the new one.
