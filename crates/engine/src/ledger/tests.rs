@@ -1,6 +1,8 @@
 use super::*;
 use proptest::prelude::*;
 use sluice_core::Unit;
+use sluice_core::bucket::Rate;
+use sluice_core::config::Fallback;
 
 const SEC: u64 = 1_000_000;
 
