@@ -17,6 +17,8 @@
 #   TARGETS="standalone cluster"
 #   KEYS=1                 1: one key; more: Zipf(1) over that many keys of the same limit
 #   RATE_LEASE_TTL=10s     leases of rate (engine.rate_lease_ttl; default: token leases only)
+#   COLD_COUNT=1           traffic from the moment each sidecar reaches Redis, while the fleet may
+#                          still be counting itself (default: once every sidecar counts all N)
 # Needs Docker and the redis:7.0 image (../shared/scripts/local-images.sh redis).
 # Takes about 75 s per run (start-up of 128 sidecars included): 40 min for the whole table.
 set -euo pipefail
@@ -41,6 +43,7 @@ for target in $TARGETS; do
         [ "$target" = cluster ] && args+=(--cluster)
         [ "$arrivals" = step ] && args+=(--in-step)
         [ -n "${RATE_LEASE_TTL:-}" ] && args+=(--rate-lease-ttl "$RATE_LEASE_TTL")
+        [ -n "${COLD_COUNT:-}" ] && args+=(--cold-count)
         accuracy_run "${args[@]}"
       done
     done

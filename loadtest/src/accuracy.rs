@@ -78,6 +78,11 @@ struct Args {
     /// `redis.batch_min_wait` of the sidecars (e.g. `5ms`; default: none).
     #[arg(long)]
     batch_min_wait: Option<String>,
+    /// Start the traffic as soon as every sidecar reaches Redis, while the fleet may still be
+    /// counting itself (the first sidecars read fewer live instances until their next
+    /// heartbeat); by default it waits until every sidecar counts them all.
+    #[arg(long)]
+    cold_count: bool,
     /// `engine.rate_lease_ttl` of the sidecars: leases of rate (e.g. `10s`; default: off).
     #[arg(long)]
     rate_lease_ttl: Option<String>,
@@ -190,6 +195,11 @@ async fn main() -> anyhow::Result<()> {
         .map(|_| Sluice::start(&args.sluice, &config))
         .collect();
     sidecars::wait_connected(&sidecars).await?;
+    let counted = if args.cold_count {
+        None
+    } else {
+        Some(wait_counted(&sidecars).await)
+    };
     let mut redis_ports: Vec<u16> = match (&standalone, &cluster) {
         (Some(s), _) => vec![s.port],
         (_, Some(c)) => c.ports.clone(),
@@ -338,8 +348,29 @@ async fn main() -> anyhow::Result<()> {
             f64::from(fallback_samples) / 10.0,
         ),
         windows.then(|| windows::check(&tally.log.records(), args.limit, 1_000_000)),
+        counted,
     );
     Ok(())
+}
+
+/// Waits (up to 10 s) until every sidecar counts the whole fleet live
+/// (`sluice_live_instances`), as every sidecar of a fleet that has been up for a heartbeat
+/// does; returns the mean count they reported when first asked. A fleet that starts all at once
+/// counts itself as it registers: the first sidecars read fewer, and size their share of the
+/// burst for a smaller fleet until their next heartbeat (`--cold-count` keeps that start).
+async fn wait_counted(sidecars: &[Sluice]) -> f64 {
+    let live = |s: &Sluice| {
+        sidecars::sum_metric(std::slice::from_ref(s), |l| {
+            l.starts_with("sluice_live_instances")
+        })
+    };
+    let n = sidecars.len() as f64;
+    let first = sidecars.iter().map(live).sum::<f64>() / n;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && sidecars.iter().any(|s| live(s) < n) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first
 }
 
 /// The second half of a run, once a fleet has settled.
@@ -391,6 +422,7 @@ fn report(
     enforcement_back: Option<Duration>,
     (fallbacks, fallback_secs): (u64, f64),
     per_window: Option<windows::WindowReport>,
+    counted: Option<f64>,
 ) {
     let sent: u64 = tally.sent.iter().map(|s| s.load(Ordering::Relaxed)).sum();
     let admitted = tally.total_admitted();
@@ -465,7 +497,7 @@ fn report(
         return;
     }
     println!(
-        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second, of them returns of leases {returns}; first sights of a key on a sidecar: {}, {:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions){}, errors {}, p99 {:.2} ms{}",
+        "accuracy: {} sidecars, {target}, L={}/s B={burst}, offered {:.0}/s, {} key(s), {:.1}s: sent {sent}, admitted {admitted}, ideal {:.0} ({:.2}%), keys over B+L·t: {over_keys}{}, denied {denied} (of them under the ideal: {under}), Redis script calls {calls} ({:.2} per 100 decisions, {:.2} per key-second; on the keys, without heartbeats and probes: {key_calls}, {:.2} per 100 decisions, {:.2} per key-second, of them returns of leases {returns}; first sights of a key on a sidecar: {}, {:.2} per 100 decisions), round trips {trips} ({:.2} per 100 decisions){}, errors {}, p99 {:.2} ms{}{}{}",
         args.sidecars,
         args.limit,
         args.offered,
@@ -516,6 +548,33 @@ fn report(
             // Without a fault, fallbacks mean the store answered too late (or the sidecar
             // could not reach it): a denial under the limit then is the fallback's.
             _ => format!(", {fallbacks} decisions by fallback"),
-        }
+        },
+        denied_at(tally, denied),
+        match counted {
+            Some(first) => format!(
+                "; traffic began once every sidecar counted all {} live (at first they counted {first:.1} on average)",
+                args.sidecars
+            ),
+            None => " (--cold-count: traffic began as the fleet still counted itself)".to_string(),
+        },
     );
+}
+
+/// When the denials of a run with few of them were sent (seconds after its first request), so
+/// a denial under the limit can be matched to what the sidecars were doing then: nothing when
+/// there are none or more than 20.
+fn denied_at(tally: &Tally, denied: u64) -> String {
+    if denied == 0 || denied > 20 {
+        return String::new();
+    }
+    let records = tally.log.records();
+    let first = records.iter().map(|r| r.sent).min().unwrap_or(0);
+    let mut at: Vec<f64> = records
+        .iter()
+        .filter(|r| !r.admitted)
+        .map(|r| (r.sent - first) as f64 / 1e6)
+        .collect();
+    at.sort_by(f64::total_cmp);
+    let at: Vec<String> = at.iter().map(|s| format!("{s:.3}")).collect();
+    format!("; denied at (s): {}", at.join(", "))
 }

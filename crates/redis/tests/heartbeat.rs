@@ -63,3 +63,26 @@ async fn a_large_fleet_beats_within_the_budget_and_counts_itself() {
         s.shutdown().await;
     }
 }
+
+/// A fleet that starts together counts itself at once, not a heartbeat interval later: the
+/// first instance read 1 live, and without its quick first beats it kept sizing its share of
+/// every burst for a fleet of 1 for the whole interval (5 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_starting_together_counts_itself_within_its_quick_first_beats() {
+    let redis = common::Standalone::start().await;
+    let settings = sluice_core::config::RedisSettings {
+        heartbeat_interval: sluice_core::config::HumanDuration(Duration::from_secs(5)),
+        ..common::standalone_settings(&redis.url())
+    };
+    let mut stores = Vec::new();
+    for _ in 0..10 {
+        stores.extend(common::stores(&settings, 1));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // Beats at 0.1, 0.3, 0.7, 1.5 and 3.1 s after each start: every instance has counted the
+    // last one by about 1.5 s after it started; at the interval it would take 5 s.
+    wait_for(&stores, 10, Duration::from_millis(2_500)).await;
+    for s in stores {
+        s.shutdown().await;
+    }
+}
