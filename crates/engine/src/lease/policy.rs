@@ -11,7 +11,8 @@ use sluice_core::config::Mode;
 use super::micros;
 use crate::decision::EngineSettings;
 use crate::ledger::LeaseState;
-use crate::store::LeaseAsk;
+use crate::ledger::rate_lease::RateLease;
+use crate::store::{LeaseAsk, ReserveAsk};
 
 /// What the policy knows beyond one key: the engine's settings and the store's view of the fleet.
 pub(crate) struct Policy<'a> {
@@ -194,6 +195,51 @@ impl Policy<'_> {
         } else {
             None
         }
+    }
+
+    /// The reservation a lease call of a key in `state` (a bucket of `rate`) sent at `now` asks
+    /// for, as `holder` (`None`: leases of rate are off, the store is in process, or the key is
+    /// not a strict token bucket). Its stock stops filling at `now`: the store ends the old
+    /// reservation when the call arrives.
+    pub(super) fn reserve(
+        &self,
+        state: &mut LeaseState,
+        rate: &Rate,
+        holder: u64,
+        now: u64,
+    ) -> Option<ReserveAsk> {
+        let ttl = self.settings.rate_lease_ttl?;
+        if self.in_process || rate.algorithm != Algorithm::TokenBucket || state.mode != Mode::Strict
+        {
+            return None;
+        }
+        state.fill(rate, now);
+        let seen = state.seen_since_lease();
+        // What was seen since the last lease was seen over the time since it (from the start,
+        // if none): counted from the first ask, a starved sidecar of a thousand, with 20 hits
+        // seen while it waited for its turn, asked for 20 a second.
+        let since = state.leased_at.min(now);
+        let lease = state
+            .rare_mut()
+            .rate_lease
+            .get_or_insert_with(|| RateLease::starting(since));
+        let give_back = lease.sending(seen, now);
+        Some(ReserveAsk {
+            holder,
+            per_mille: lease.ask(rate),
+            ttl_micros: self.rate_lease_ttl(ttl),
+            give_back,
+        })
+    }
+
+    /// How long a reservation lasts: `engine.rate_lease_ttl`, or longer in a large fleet, so its
+    /// renewals cost a key about `starved_calls_per_sec` calls a second in all.
+    fn rate_lease_ttl(&self, ttl: std::time::Duration) -> u64 {
+        let per_sec = u64::from(self.settings.starved_calls_per_sec.max(1));
+        let fleet = self.live.saturating_mul(1_000_000) / per_sec;
+        micros(ttl)
+            .max(fleet)
+            .min(sluice_core::reserve::MAX_TTL_MICROS)
     }
 
     /// How many tokens to ask for: about `lease_horizon` of demand, at least `missing`, at most
