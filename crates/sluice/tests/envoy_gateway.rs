@@ -135,7 +135,9 @@ async fn envoy_gateways_rendered_deployment_runs_sluice_as_it_runs_the_reference
     );
     // Forced start: serving before any limits arrive, and ready by the Deployment's probes.
     common::until_serving(&mut sluice.0);
+    // The reference serves gRPC and HTTP from two goroutines: either may listen first.
     common::pushed::until_listening(ref_grpc);
+    common::pushed::until_listening(ref_http);
     for port in [http, ref_http] {
         let probe = common::http_get(port, "/healthcheck", &[]);
         assert_eq!(

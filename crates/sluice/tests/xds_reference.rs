@@ -63,7 +63,9 @@ async fn sluice_answers_as_envoyproxy_ratelimit_on_the_same_pushed_limits() {
         .expect("spawn sluice"),
     );
     common::until_serving(&mut ours.0);
+    // The reference serves gRPC and HTTP from two goroutines: either may listen first.
     common::pushed::until_listening(grpc);
+    common::pushed::until_listening(http);
     let health = common::http_get(http, "/healthcheck", &[]);
     let our_health = common::http_get(ours_http, "/healthcheck", &[]);
     assert_eq!(
