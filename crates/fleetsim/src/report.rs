@@ -4,13 +4,14 @@
 //! Under the limit that is the measure; over it (demand ≥ 100 %) the two admit different
 //! requests of the same number, so read "short of exact" (how many fewer sluice admitted) and
 //! "admitted of B+L·T" there, and beside it what the second half admitted of `L·T/2`: the
-//! rate the fleet settled at, without the stock its leases took at the start.
+//! rate the fleet settled at, without the stock its leases took at the start; likewise the
+//! store calls a second of the second half, without every sidecar's first calls.
 
 use crate::run::Outcome;
 use crate::scenario::{Arrivals, Leases};
 
 /// The table's head.
-pub const HEAD: &str = "| scenario | sidecars | demand | arrivals | burst | requests | exact admits | sluice admits | false denials | short of exact | over B+L·t (from the start; in any window) | admitted of B+L·T (second half: of L·T/2) | store calls/s | of them leases, returns | waited on the store | timed out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+pub const HEAD: &str = "| scenario | sidecars | demand | arrivals | burst | requests | exact admits | sluice admits | false denials | short of exact | over B+L·t (from the start; in any window) | admitted of B+L·T (second half: of L·T/2) | store calls/s (second half) | of them leases, returns | waited on the store | timed out |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// One run's row.
 pub fn row(o: &Outcome) -> String {
@@ -29,7 +30,7 @@ pub fn row(o: &Outcome) -> String {
         }
     };
     format!(
-        "| {} | {} | {:.0}% | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.1}% ({:.1}%) | {:.1} | {}, {} | {} | {} |",
+        "| {} | {} | {:.0}% | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.1}% ({:.1}%) | {:.1} ({:.1}) | {}, {} | {} | {} |",
         match c.leases {
             Leases::Tokens => c.name.clone(),
             Leases::Rates => format!("{} (rates)", c.name),
@@ -51,6 +52,7 @@ pub fn row(o: &Outcome) -> String {
         100.0 * o.admitted as f64 / o.bound,
         100.0 * o.late_of_limit(),
         o.calls_per_sec(),
+        o.late_calls_per_sec(),
         o.leases,
         o.releases,
         o.waited,

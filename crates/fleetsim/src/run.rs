@@ -46,6 +46,9 @@ pub struct Outcome {
     pub admitted_late: u64,
     /// Store calls on the key while requests were decided (leases, returns, everything else).
     pub store_calls: u64,
+    /// Of them, those made from `T/2` on: with `T/2`, the calls a second of a fleet that has
+    /// settled (each of 1 000 starved sidecars makes its first call at the start).
+    pub store_calls_late: u64,
     /// Of them, leases.
     pub leases: u64,
     /// Of them, returns.
@@ -72,6 +75,11 @@ impl Outcome {
     /// Store calls on the key a simulated second.
     pub fn calls_per_sec(&self) -> f64 {
         self.store_calls as f64 / self.case.seconds as f64
+    }
+
+    /// Store calls on the key a simulated second in the second half.
+    pub fn late_calls_per_sec(&self) -> f64 {
+        self.store_calls_late as f64 * 2.0 / self.case.seconds as f64
     }
 }
 
@@ -143,6 +151,8 @@ async fn simulate(case: &Case) -> Outcome {
         .collect();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, bool, u64, u64)>();
     let mut churn = churn.into_iter().peekable();
+    let half = arrivals.first().map_or(0, |a| a.at_us) + case.seconds * 500_000;
+    let mut calls_at_half = None;
     for (i, &Arrival { at_us, sidecar }) in arrivals.iter().enumerate() {
         while let Some((at, slots)) = churn.next_if(|(at, _)| *at <= at_us) {
             tokio::time::sleep_until(start + std::time::Duration::from_micros(at)).await;
@@ -154,6 +164,9 @@ async fn simulate(case: &Case) -> Outcome {
             }
         }
         tokio::time::sleep_until(start + std::time::Duration::from_micros(at_us)).await;
+        if at_us >= half && calls_at_half.is_none() {
+            calls_at_half = Some(store.calls.on_keys());
+        }
         let engine = fleet[sidecar].engine.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
@@ -180,8 +193,10 @@ async fn simulate(case: &Case) -> Outcome {
         decided[i] = Some((ok, asked, answered));
     }
     let calls = &store.calls;
+    let store_calls = calls.on_keys();
     let counts = Counts {
-        store_calls: calls.on_keys(),
+        store_calls,
+        store_calls_late: store_calls - calls_at_half.unwrap_or(store_calls),
         leases: calls.leases.load(Ordering::Relaxed),
         releases: calls.releases.load(Ordering::Relaxed),
         failed: calls.failed.load(Ordering::Relaxed),
@@ -199,6 +214,7 @@ async fn simulate(case: &Case) -> Outcome {
 /// The store's counts when the last request was decided.
 struct Counts {
     store_calls: u64,
+    store_calls_late: u64,
     leases: u64,
     releases: u64,
     failed: u64,
@@ -253,6 +269,7 @@ fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Cou
             .filter(|&&t| t >= first + case.seconds * 500_000)
             .count() as u64,
         store_calls: c.store_calls,
+        store_calls_late: c.store_calls_late,
         leases: c.leases,
         releases: c.releases,
         failed: c.failed,
