@@ -237,15 +237,16 @@ impl Leaser {
             now,
         );
         match next {
-            Next::ByDemand(turn) => self.lease_by_demand(charge, turn, now).await,
+            Next::ByDemand(turn) => self.lease_by_demand(&policy, charge, turn, now).await,
             Next::Ask(ask) => {
-                self.lease(bucket, charge.store_key(), ask, charge.hits, now)
+                self.lease(&policy, bucket, charge.store_key(), ask, charge.hits, now)
                     .await
             }
         }
     }
 
-    /// The lease policy over what the store knows of the fleet now ([`policy`]).
+    /// The lease policy over what the store knows of the fleet now ([`policy`]): read once
+    /// per store call, so its ask and what its answer does to the key see the same fleet.
     pub(crate) fn policy(&self) -> Policy<'_> {
         Policy {
             settings: &self.settings,
@@ -260,9 +261,10 @@ impl Leaser {
     /// lease) only from above half the burst ([`GlobalStore::lease_asking`]). Without that bound
     /// every sidecar of a fleet that counts itself small (it starts with the others) took a
     /// cold lease of half the burst, the burst sat in leases, and requests under the limit were
-    /// denied.
+    /// denied. `policy` sized `ask` and applies the answer.
     async fn lease(
         &self,
+        policy: &Policy<'_>,
         bucket: &LeaseBucket,
         store_key: &str,
         ask: LeaseAsk,
@@ -273,7 +275,7 @@ impl Leaser {
         if let Some(e) = self.charge_owed(bucket, store_key).await {
             return Some(e);
         }
-        let reserve = self.reserve_ask(bucket, now);
+        let reserve = self.reserve_ask(policy, bucket, now);
         let ask = LeaseAsk { reserve, ..ask };
         let started = Instant::now();
         let result = self.store.lease_asking(store_key, bucket.rate, ask).await;
@@ -287,7 +289,7 @@ impl Leaser {
         };
         self.metrics.tokens_granted(grant.granted);
         let arrived = self.clock.now_micros();
-        let lost_grant = self.policy().apply(
+        let lost_grant = policy.apply(
             &mut bucket.lock(),
             &bucket.rate,
             &ask,

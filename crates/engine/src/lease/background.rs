@@ -30,12 +30,12 @@ impl Leaser {
         self.tasks.spawn_on(
             async move {
                 let _flight = flight;
-                let ask = {
-                    let state = bucket.lock();
-                    leaser.policy().refill(&state, &bucket.rate, now)
-                };
+                let policy = leaser.policy();
+                let ask = policy.refill(&bucket.lock(), &bucket.rate, now);
                 if let Some(ask) = ask {
-                    leaser.lease(&bucket, &store_key, ask, 0, now).await;
+                    leaser
+                        .lease(&policy, &bucket, &store_key, ask, 0, now)
+                        .await;
                 }
             },
             &handle,

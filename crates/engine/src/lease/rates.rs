@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Leaser;
+use super::{Leaser, Policy};
 use crate::bucket::LeaseBucket;
 use crate::store::{LeaseAsk, ReserveAsk, StoreError};
 use crate::table::Return;
@@ -23,11 +23,15 @@ pub(super) fn next_holder() -> u64 {
 impl Leaser {
     /// The reservation to ask for with a lease call of `bucket` sent at `now`
     /// ([`Policy::reserve`](super::Policy::reserve)).
-    pub(super) fn reserve_ask(&self, bucket: &LeaseBucket, now: u64) -> Option<ReserveAsk> {
+    pub(super) fn reserve_ask(
+        &self,
+        policy: &Policy<'_>,
+        bucket: &LeaseBucket,
+        now: u64,
+    ) -> Option<ReserveAsk> {
         // Off (the default): not even the key's lock.
         self.settings.rate_lease_ttl?;
-        self.policy()
-            .reserve(&mut bucket.lock(), &bucket.rate, self.holder, now)
+        policy.reserve(&mut bucket.lock(), &bucket.rate, self.holder, now)
     }
 
     /// Ends this instance's reservation of `r`'s key and gives its tokens back, in one call.

@@ -12,14 +12,15 @@ impl Leaser {
     /// Leases for `charge` by demand: at its turn, or after it had to deny.
     pub(super) async fn lease_by_demand(
         &self,
+        policy: &Policy<'_>,
         charge: &Charge<'_>,
         turn: Turn,
         now: u64,
     ) -> Option<StoreError> {
         let bucket = &charge.bucket;
-        let ask = self.policy().by_demand(&bucket.rate, &turn);
+        let ask = policy.by_demand(&bucket.rate, &turn);
         let failed = self
-            .lease(bucket, charge.store_key(), ask, charge.hits, now)
+            .lease(policy, bucket, charge.store_key(), ask, charge.hits, now)
             .await;
         Policy::after_demand(&mut bucket.lock(), &turn, failed.is_none());
         failed
