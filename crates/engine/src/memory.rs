@@ -250,7 +250,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
                     stored.reserved = None;
                 }
             }
-            if granted < ask.least && ask.turn_gap > 0 {
+            if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {
                     *end = next_turn(*end, now, ask.turn_gap);

@@ -27,7 +27,8 @@ pub struct LeaseGrant {
     pub ends_in: Option<u64>,
     /// A starved lease that asked for a turn ([`LeaseAsk::turn_gap`]): microseconds until the
     /// caller's turn to ask again, by the store's clock. `None` when no turn was asked for, or
-    /// the grant was short neither of `starved_below` nor (while turns are to come) of `least`.
+    /// the grant was short neither of `starved_below` nor (while turns are to come) of
+    /// `queue_below`.
     pub turn_in: Option<u64>,
     /// A lease that asked for a reservation ([`LeaseAsk::reserve`]): the thousandths of a token
     /// per period granted ([`sluice_core::reserve`]), from the store's answer on until the
@@ -62,9 +63,9 @@ pub struct LeaseAsk {
     /// its extra only from a bucket far from its limit; `want` for any other lease).
     pub least: u64,
     /// Microseconds between turns of the key's queue of starved callers; 0: no turn. A caller
-    /// granted fewer than `starved_below` tokens, or fewer than `least` while the queue has
-    /// turns to come, gets the next free turn, at least this long after the one before it, so
-    /// starved sidecars ask about `1e6 / turn_gap` times a second in all, however many they
+    /// granted fewer than `starved_below` tokens, or fewer than `queue_below` while the queue
+    /// has turns to come, gets the next free turn, at least this long after the one before it,
+    /// so starved sidecars ask about `1e6 / turn_gap` times a second in all, however many they
     /// are ([`next_turn`]).
     pub turn_gap: u64,
     /// See `turn_gap`: what the caller cannot do without (what its request needs now, or all it
@@ -74,6 +75,14 @@ pub struct LeaseAsk {
     pub starved_below: u64,
     /// A lease of rate asked for in the same call: see [`ReserveAsk`].
     pub reserve: Option<ReserveAsk>,
+    /// See `turn_gap`: a grant short of this while others wait for their turns joins the queue
+    /// (the lease the caller would have without a cold lease). A caller that got what its
+    /// request needs but less than its lease while others wait spends what came and then waits
+    /// for its turn, sized by its demand: else a thin slice (its lease one token, its share of
+    /// half the burst) asked the store for each of its requests, and took the tokens that
+    /// refilled between turns before the starved callers' turns came (128 sidecars in step at
+    /// 4× the limit: a call for each admitted request, simulated).
+    pub queue_below: u64,
 }
 
 /// A reservation of part of a key's rate `L` (issue 42, [`sluice_core::reserve`]): the store
@@ -102,6 +111,7 @@ impl LeaseAsk {
             turn_gap: 0,
             starved_below: 0,
             reserve: None,
+            queue_below: want,
         }
     }
 }
@@ -154,7 +164,7 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// below half its burst: `min(want, whole tokens, max(least, whole tokens above half the
     /// burst))` (`BucketState::take_keeping_half`). A cold lease asks this way, so it takes its
     /// tokens ahead of demand only from a bucket far from its limit, however many sidecars ask
-    /// at once. With a `turn_gap`, a grant short of `starved_below` (or of `least` while turns
+    /// at once. With a `turn_gap`, a grant short of `starved_below` (or of `queue_below` while turns
     /// are to come) also gets a turn in the key's queue of starved callers ([`next_turn`],
     /// [`LeaseGrant::turn_in`]); a store whose callers never wait for one may give none.
     fn lease_asking<'a>(

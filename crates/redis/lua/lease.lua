@@ -7,7 +7,7 @@
 --          limit)
 -- ARGV[8]  turn gap in µs (optional, default 0: none) and
 -- ARGV[9]  starved_below (optional, default 0): a grant of fewer than `starved_below` tokens,
---          or short of `least` while the queue has turns to come, also gets a turn in the key's
+--          or short of ARGV[15] while the queue has turns to come, also gets a turn in the key's
 --          queue of starved callers (field `q`, the last turn given): the later of `q` and now,
 --          plus the gap (sluice_engine::next_turn). Starved sidecars then ask again one per
 --          gap, however many they are.
@@ -27,13 +27,15 @@
 -- ARGV[11] 1: also reserve (bucket.lua's `reserve`) ARGV[12] thousandths of a token per period
 --          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for),
 --          after giving back ARGV[14] tokens (a token bucket; capped at the burst) first
+-- ARGV[15] queue_below (optional, default `least`): see ARGV[9] (LeaseAsk::queue_below)
 if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
 if ARGV[7] ~= nil and ARGV[7] ~= '' then least = tonumber(ARGV[7]) end
 local gap = 0
 if ARGV[8] ~= nil and ARGV[8] ~= '' then gap = tonumber(ARGV[8]) end
-local asked_least = least
+local queue_below = least
+if ARGV[15] ~= nil and ARGV[15] ~= '' then queue_below = tonumber(ARGV[15]) end
 local below = 0
 if ARGV[9] ~= nil and ARGV[9] ~= '' then below = tonumber(ARGV[9]) end
 -- Leases of rate: what the caller's full stock could not hold is given back first (ARGV[14]).
@@ -59,7 +61,7 @@ if algorithm == 3 then hold(ARGV[10], granted) end
 -- After save(): the queue lives in the bucket's hash and goes with it when it expires (a full
 -- bucket starves nobody).
 local turn_in = -1
-if gap > 0 and granted < asked_least then
+if gap > 0 and (granted < below or granted < queue_below) then
   local q = tonumber(redis.call('HGET', KEYS[1], 'q')) or 0
   if granted < below or q > now then
     if q < now then q = now end

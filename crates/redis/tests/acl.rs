@@ -84,6 +84,7 @@ async fn every_call(settings: RedisSettings, admin: &[String]) {
             turn_gap: 10_000,
             starved_below: 1,
             reserve: None,
+            queue_below: 10,
         };
         let g = a.lease_asking(&key, r, ask).await.expect("lease");
         assert!(g.granted >= 1, "{algorithm:?}: {g:?}");

@@ -110,14 +110,16 @@ fn case() -> impl Strategy<Value = Case> {
             prop_oneof![Just(0u64), 1u64..1_000_000, Just(1_000_000_000)],
             amount(),
             reservation(),
+            amount(),
         )
-            .prop_map(|(want, least, turn_gap, starved_below, reserve)| {
+            .prop_map(|(want, least, turn_gap, starved_below, reserve, queue_below)| {
                 Op::LeaseAsking(LeaseAsk {
                     want,
                     least,
                     turn_gap,
                     starved_below,
                     reserve,
+                    queue_below,
                 })
             }),
         2 => amount().prop_map(Op::Release),

@@ -54,8 +54,9 @@ impl Policy<'_> {
         // used to make this sidecar deny its next requests for a lease horizon without
         // asking; the fleet simulator's property test found 3 false denials of 210 that way
         // (7 sidecars in step at 47% of the limit, burst 21). The next request asks instead.
-        let starved = grant.turn_in.is_some() || grant.granted < ask.starved_below;
-        if grant.granted < ask.least && starved {
+        // A turn also comes with a grant that covered the request but not the lease while
+        // others wait (`LeaseAsk::turn_gap`): this sidecar spends it, then waits for its turn.
+        if grant.turn_in.is_some() || grant.granted < ask.starved_below {
             let retry_at = self.retry_at(state, rate, ask, grant, needed, now);
             state.set_retry_at(retry_at);
         }

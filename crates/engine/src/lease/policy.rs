@@ -104,6 +104,11 @@ impl Policy<'_> {
         // concurrency limit: slots taken ahead of demand would sit free here while another
         // sidecar's request is refused.
         let concurrency = rate.algorithm == Algorithm::Concurrency;
+        // Short of its lease while others wait for their turns: into the queue
+        // ([`LeaseAsk::queue_below`]), not for a cold lease's extra (a key far from its limit
+        // is not starved), nor for a concurrency limit (its slots come back when requests end,
+        // and a holder waiting for its turn would refuse free ones).
+        let queue_below = if concurrency { keep } else { want };
         if cold && mode == Mode::Strict && !self.in_process && !concurrency {
             want = want.max(share);
         }
@@ -126,6 +131,7 @@ impl Policy<'_> {
             turn_gap,
             starved_below,
             reserve: None,
+            queue_below,
         })
     }
 
@@ -145,6 +151,7 @@ impl Policy<'_> {
             turn_gap: turn.gap,
             starved_below: want,
             reserve: None,
+            queue_below: want,
         }
     }
 
@@ -186,6 +193,7 @@ impl Policy<'_> {
             Some(LeaseAsk {
                 least,
                 turn_gap: self.turn_gap(Mode::Strict, rate),
+                queue_below: least,
                 ..LeaseAsk::exactly(want)
             })
         } else if state.rate_lease_due(rate, now) {

@@ -24,3 +24,53 @@ async fn is_bounded_by_max_keys_without_resetting_a_limit() {
     assert_eq!(store.lease("d", rate, 1).await.map(|g| g.granted), Ok(1));
     assert!(store.len() <= 3);
 }
+
+/// A key's queue of starved callers (`LeaseAsk::queue_below`): with no queue, a grant that
+/// covers what the caller cannot do without gets no turn, however short of its lease; while a
+/// starved caller's turn is to come, a grant short of `queue_below` joins the queue behind it,
+/// and a grant of all of `queue_below` (a cold lease's extra aside) does not.
+#[tokio::test]
+async fn a_grant_short_of_its_lease_joins_a_queue_only_while_one_waits() {
+    let clock = ManualClock::at(1_000_000);
+    let store = MemoryStore::new(clock.clone());
+    // A token every 25 ms; turns 100 ms apart.
+    let rate = Rate {
+        burst: 4,
+        ..Rate::per_unit(40, Unit::Second)
+    };
+    let gap = 100_000;
+    // A thin slice's request: it cannot do without 1 and may take only 1 from below half the
+    // burst; its lease would be `want`.
+    let ask = |want: u64, starved_below: u64, queue_below: u64| LeaseAsk {
+        want,
+        least: 1,
+        turn_gap: gap,
+        starved_below,
+        reserve: None,
+        queue_below,
+    };
+    let lease = async |a: LeaseAsk| {
+        let g = store.lease_asking("k", rate, a).await.expect("lease");
+        (g.granted, g.turn_in)
+    };
+    assert_eq!(
+        lease(ask(3, 1, 3)).await,
+        (2, None),
+        "short, nobody waiting"
+    );
+    assert_eq!(lease(ask(1, 1, 1)).await, (1, None));
+    assert_eq!(lease(ask(1, 1, 1)).await, (1, None));
+    assert_eq!(
+        lease(ask(1, 1, 1)).await,
+        (0, Some(gap)),
+        "starved: the queue"
+    );
+    clock.advance_millis(50);
+    assert_eq!(lease(ask(4, 1, 1)).await, (1, None), "all of queue_below");
+    clock.advance_millis(25);
+    assert_eq!(
+        lease(ask(4, 1, 4)).await,
+        (1, Some(gap + gap - 75_000)),
+        "short of its lease while a turn is to come: behind it"
+    );
+}

@@ -179,3 +179,31 @@ fn in_process_no_turns_and_asks_when_the_token_is_due() {
     // Half a token at 10 a second: the other half is due in 50 ms.
     assert_eq!(state.retry_at(), NOW + 50_000);
 }
+
+/// A request's call joins a queue (`LeaseAsk::queue_below`) when short of the lease it would
+/// have had, never of a cold lease's extra; and a grant that covered the request but came with
+/// a turn is spent, then the key waits for its turn (no call for each request meanwhile).
+#[test]
+fn a_request_joins_the_queue_short_of_its_lease_not_of_a_cold_extra() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 4);
+    let r = rate(100, 100);
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    let cold = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+    assert_eq!(
+        cold.want, 12,
+        "a cold lease: this instance's share of half the burst"
+    );
+    assert_eq!(
+        cold.queue_below, 1,
+        "the lease it would have had without it"
+    );
+    let grant = LeaseGrant {
+        turn_in: Some(300_000),
+        ..LeaseGrant::of(1, 0.0, &r, NOW)
+    };
+    p.apply(&mut state, &r, &cold, &grant, 1, NOW, NOW + 1_000);
+    assert_eq!(state.lease, 1, "it spends what came");
+    assert!(state.queued);
+    assert_eq!(state.retry_at(), NOW + 300_000, "then waits for its turn");
+}
