@@ -151,7 +151,7 @@ async fn simulate(case: &Case) -> Outcome {
         .collect();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, bool, u64, u64)>();
     let mut churn = churn.into_iter().peekable();
-    let half = arrivals.first().map_or(0, |a| a.at_us) + case.seconds * 500_000;
+    let half = second_half(case, &arrivals);
     let mut calls_at_half = None;
     for (i, &Arrival { at_us, sidecar }) in arrivals.iter().enumerate() {
         while let Some((at, slots)) = churn.next_if(|(at, _)| *at <= at_us) {
@@ -211,6 +211,12 @@ async fn simulate(case: &Case) -> Outcome {
     tally(case, &arrivals, &decided, counts)
 }
 
+/// When a run's second half begins (µs, as arrivals count time): `T/2` after its first request.
+/// Its admissions and its store calls are counted from here on.
+fn second_half(case: &Case, arrivals: &[Arrival]) -> u64 {
+    arrivals.first().map_or(0, |a| a.at_us) + case.seconds * 500_000
+}
+
 /// The store's counts when the last request was decided.
 struct Counts {
     store_calls: u64,
@@ -231,6 +237,7 @@ fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Cou
     }
     // B + L·t at each admission, in the order they were answered.
     let first = arrivals.first().map_or(0, |a| a.at_us);
+    let half = second_half(case, arrivals);
     let mut answered: Vec<u64> = decided.iter().filter(|d| d.0).map(|d| d.2).collect();
     answered.sort_unstable();
     let bound_at =
@@ -264,10 +271,7 @@ fn tally(case: &Case, arrivals: &[Arrival], decided: &[(bool, u64, u64)], c: Cou
         false_denials,
         over: if answered.is_empty() { 0.0 } else { over },
         bound: bound_at(first + case.seconds * 1_000_000),
-        admitted_late: answered
-            .iter()
-            .filter(|&&t| t >= first + case.seconds * 500_000)
-            .count() as u64,
+        admitted_late: answered.iter().filter(|&&t| t >= half).count() as u64,
         store_calls: c.store_calls,
         store_calls_late: c.store_calls_late,
         leases: c.leases,
