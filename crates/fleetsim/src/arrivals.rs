@@ -2,6 +2,7 @@
 //! sluice and the exact limiter see the very same arrivals.
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::scenario::{Arrivals, Case};
@@ -15,7 +16,8 @@ pub struct Arrival {
     pub sidecar: usize,
 }
 
-/// Every request of `case`, in time order (ties in sidecar order).
+/// Every request of `case`, in time order (ties in sidecar order, or shuffled for
+/// [`Arrivals::StepAnyOrder`]).
 pub fn draw(case: &Case) -> Vec<Arrival> {
     let mut rng = StdRng::seed_from_u64(case.seed ^ 0xa7c4_1f3b_9e25_6d01);
     let end_us = case.seconds * 1_000_000;
@@ -23,7 +25,7 @@ pub fn draw(case: &Case) -> Vec<Arrival> {
     let n = case.sidecars;
     let mut out = Vec::new();
     match case.arrivals {
-        Arrivals::Step => {
+        Arrivals::Step | Arrivals::StepAnyOrder => {
             // Each step is one request on every sidecar, at the same microsecond.
             let period_us = (n as f64 / rate * 1e6).max(1.0);
             let mut k = 0u64;
@@ -32,7 +34,11 @@ pub fn draw(case: &Case) -> Vec<Arrival> {
                 if at_us >= end_us {
                     break;
                 }
+                let step = out.len();
                 out.extend((0..n).map(|sidecar| Arrival { at_us, sidecar }));
+                if case.arrivals == Arrivals::StepAnyOrder {
+                    out[step..].shuffle(&mut rng);
+                }
                 k += 1;
             }
         }
@@ -114,6 +120,32 @@ mod tests {
                 .all(|s| s.iter().all(|x| x.at_us == s[0].at_us))
         );
         assert_eq!(a[0].at_us, 200_000);
+    }
+
+    #[test]
+    fn steps_in_any_order_shuffle_each_step_and_only_its_order() {
+        let c = case("step_any_order", 32, 0.8);
+        let a = draw(&c);
+        let ordered = draw(&case("step", 32, 0.8));
+        assert_eq!(a.len(), ordered.len());
+        let mut orders = std::collections::HashSet::new();
+        for (step, same) in a.chunks(32).zip(ordered.chunks(32)) {
+            assert!(step.iter().all(|x| x.at_us == same[0].at_us));
+            let mut sidecars: Vec<usize> = step.iter().map(|x| x.sidecar).collect();
+            orders.insert(sidecars.clone());
+            sidecars.sort_unstable();
+            assert_eq!(
+                sidecars,
+                (0..32).collect::<Vec<_>>(),
+                "every sidecar once a step"
+            );
+        }
+        assert!(
+            orders.len() > 140,
+            "a new order each step: {}",
+            orders.len()
+        );
+        assert_eq!(a, draw(&c), "the same for a seed");
     }
 
     #[test]

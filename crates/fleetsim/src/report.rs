@@ -19,6 +19,7 @@ pub fn row(o: &Outcome) -> String {
     let arrivals = match c.arrivals {
         Arrivals::Poisson => "poisson",
         Arrivals::Step => "in step",
+        Arrivals::StepAnyOrder => "in step, any order",
         Arrivals::Hot => "one hot pod",
         Arrivals::Churn => "pods come and go",
     };

@@ -18,8 +18,16 @@ pub enum Arrivals {
     /// A Poisson process at the offered rate, each request to a sidecar picked at random.
     Poisson,
     /// Every sidecar sends one request at the same microsecond, in steps spaced so the fleet
-    /// offers the rate (the worst case for leases: all ask at once).
+    /// offers the rate (the worst case for leases: all ask at once), always in sidecar order:
+    /// the same sidecars reach the store first at every step (those nearest it, say).
     Step,
+    /// As [`Step`](Self::Step), the step's requests in a new random order each time. The
+    /// store round trip's jitter cannot reorder them (the simulated clock ticks in whole
+    /// milliseconds, so a request's one-way trip of 0.5–1 ms ends in the tick it began): this
+    /// is the order a real fleet's jitter gives. Where the burst is smaller than the fleet, an
+    /// exact limiter admits whichever requests come first, so the two limiters admit different
+    /// requests of the same step: read "short of exact" there, not "false denials".
+    StepAnyOrder,
     /// Poisson, with half of the requests on one sidecar (one hot pod).
     Hot,
     /// Poisson, and every 10 s a quarter of the sidecars leave (returning their leases as a

@@ -27,6 +27,7 @@ fn arrivals() -> impl Strategy<Value = Arrivals> {
     prop_oneof![
         Just(Arrivals::Poisson),
         Just(Arrivals::Step),
+        Just(Arrivals::StepAnyOrder),
         Just(Arrivals::Hot),
         Just(Arrivals::Churn),
     ]
@@ -118,4 +119,22 @@ fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
         assert_eq!(o.exact_admitted, o.requests, "{o:?}");
         assert_eq!(o.false_denials, 0, "{o:?}");
     }
+}
+
+/// One sidecar on a burst of 1 at 324 a second, at 70% of it (found by the property above): a
+/// starved wait of a lease horizon (200 ms) let the bucket overflow 64 times over, and 55% of
+/// the requests an exact limiter admits were denied. A wait now ends when the bucket is full
+/// again, and turns come no further apart: 11% are still denied, the granularity of a turn
+/// (a whole refill of the burst, whatever fraction of a token the grant left), so the test
+/// asks for at least 80% of what the exact limiter admits, not all of it.
+#[test]
+fn a_small_burst_is_not_lost_to_waiting() {
+    let o = run(&fleet(1, 0.698, Arrivals::Poisson, 324, 1, 3, 100, 0, 0));
+    assert!(o.exact_admitted > 400, "{o:?}");
+    assert!(
+        o.admitted * 10 >= o.exact_admitted * 8,
+        "admitted {} of the exact limiter's {}: {o:?}",
+        o.admitted,
+        o.exact_admitted
+    );
 }

@@ -295,9 +295,23 @@ impl Policy<'_> {
     /// bucket on a remote store. The in-process store is asked again as soon as a token is due
     /// (its calls cost nothing); windows keep their own retry (what a window leaves unused is
     /// gone when it ends, so waiting in a queue would lose it); exact mode asks on every request.
+    ///
+    /// At most the time a token bucket takes to refill its whole burst: turns further apart
+    /// let it overflow between them, rate no caller gets. A starved key then costs at least
+    /// `L / B` calls a second, whatever `starved_calls_per_sec` says (each call takes at most
+    /// the burst): the floor of a small burst.
     pub(super) fn turn_gap(&self, mode: Mode, rate: &Rate) -> u64 {
         let turns = mode == Mode::Strict && !self.in_process && !rate.algorithm.is_window();
-        if turns { self.configured_turn_gap() } else { 0 }
+        if !turns {
+            return 0;
+        }
+        let gap = self.configured_turn_gap();
+        match rate.algorithm {
+            Algorithm::TokenBucket => rate
+                .micros_until(0.0, rate.burst as f64)
+                .map_or(gap, |full| gap.min(full.max(1))),
+            _ => gap,
+        }
     }
 
     /// The longest a starved key waits for its turn: twice the queue every live instance would

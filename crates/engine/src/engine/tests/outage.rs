@@ -301,19 +301,27 @@ proptest! {
 #[test]
 #[ignore = "0.0015 of a token beyond the outage bound's slack; unexplained (issue 42's note)"]
 fn a_fleet_the_property_found_stays_within_the_slack() {
+    stays_within_the_slack((217, 2_240), (104, 7_741), (538, 1_000));
+}
+
+/// A second fleet the property drew (2026-11-28; it fails on 0490d27 too, before the small-burst
+/// wait bound): two sidecars, 156/s before, 374/s during a 4.8 s outage, 5/s after. After the
+/// store returns, a window is 0.49 of a token beyond the stated slack (5.49 against 5.0).
+/// Unexplained like the one above, and kept beside it.
+#[test]
+#[ignore = "0.49 of a token beyond the outage bound's slack; unexplained (issue 42's note)"]
+fn a_second_fleet_the_property_found_stays_within_the_slack() {
+    stays_within_the_slack((156, 2_513), (374, 4_796), (5, 1_000));
+}
+
+/// Two sidecars through an outage of a paused store, each spell `(rps, millis)`: the bound
+/// holds with the stated slack.
+fn stays_within_the_slack(before: (u64, u64), during: (u64, u64), after: (u64, u64)) {
+    let spell = |(rps, millis)| Spell { rps, millis };
     let outage = Outage {
-        before: Spell {
-            rps: 217,
-            millis: 2_240,
-        },
-        during: Spell {
-            rps: 104,
-            millis: 7_741,
-        },
-        after: Spell {
-            rps: 538,
-            millis: 1_000,
-        },
+        before: spell(before),
+        during: spell(during),
+        after: spell(after),
         flushed: false,
     };
     let seen = on_own_runtime(run(2, outage));

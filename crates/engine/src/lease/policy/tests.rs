@@ -207,3 +207,57 @@ fn a_request_joins_the_queue_short_of_its_lease_not_of_a_cold_extra() {
     assert!(state.queued);
     assert_eq!(state.retry_at(), NOW + 300_000, "then waits for its turn");
 }
+
+/// A burst that refills faster than a lease horizon: the turns come no further apart than the
+/// bucket takes to fill, and a short grant waits no longer than that either. Waiting a horizon
+/// (200 ms) on a burst of 1 at 324 a second let 64 tokens' worth of refill overflow.
+#[test]
+fn a_small_burst_waits_no_longer_than_it_takes_to_fill() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 1);
+    let full_in = 1_000_000u64.div_ceil(324);
+    let small = rate(324, 1);
+    let gap = p.turn_gap(Mode::Strict, &small);
+    assert_eq!(gap, full_in, "a turn per burst's refill, not 10 a second");
+    assert_eq!(
+        p.turn_gap(Mode::Strict, &rate(100, 100)),
+        1_000_000 / u64::from(settings.starved_calls_per_sec),
+        "a burst of a second keeps the configured gap"
+    );
+    for (remaining, turn_in) in [(0.0, None), (0.5, None), (0.0, Some(gap))] {
+        let mut state = LeaseState::new(Mode::Strict, &small, NOW);
+        let asked = LeaseAsk {
+            turn_gap: gap,
+            starved_below: 1,
+            ..LeaseAsk::exactly(1)
+        };
+        let grant = LeaseGrant {
+            turn_in,
+            ..LeaseGrant::of(0, remaining, &small, NOW)
+        };
+        p.apply(&mut state, &small, &asked, &grant, 1, NOW, NOW);
+        let wait = state.retry_at() - NOW;
+        assert!(wait > 0, "it was short: it waits");
+        assert!(
+            wait <= full_in,
+            "{remaining} left, turn {turn_in:?}: waits {wait} µs, the bucket is full in {full_in}"
+        );
+    }
+    // A zero rate never fills: the wait is the horizon's, not a call on every request.
+    let never = rate(0, 1);
+    let mut state = LeaseState::new(Mode::Strict, &never, NOW);
+    let asked = LeaseAsk {
+        starved_below: 1,
+        ..LeaseAsk::exactly(1)
+    };
+    p.apply(
+        &mut state,
+        &never,
+        &asked,
+        &LeaseGrant::of(0, 0.0, &never, NOW),
+        1,
+        NOW,
+        NOW,
+    );
+    assert!(state.retry_at() - NOW >= super::micros(settings.lease_horizon));
+}
