@@ -4,7 +4,7 @@
 use sluice_core::bucket::{Algorithm, Rate};
 
 use super::micros;
-use super::policy::Policy;
+use super::policy::{Policy, no_later_than_full};
 use crate::ledger::LeaseState;
 use crate::store::{LeaseAsk, LeaseGrant};
 
@@ -117,12 +117,7 @@ impl Policy<'_> {
         // on a burst of 1 at 324 a second, at 70% of it, had 55% of its requests denied that
         // an exact limiter admits (the fleet simulator's property test; 11% with this bound,
         // the rest is the turn gap's granularity below).
-        let wait = match rate.algorithm {
-            Algorithm::TokenBucket => rate
-                .micros_until(grant.remaining, rate.burst as f64)
-                .map_or(wait, |full| wait.min(full.max(1))),
-            _ => wait,
-        };
+        let wait = no_later_than_full(rate, grant.remaining, wait);
         // A turn in the key's queue of starved callers: the fleet's starved sidecars ask one at
         // a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls a second
         // however many they are. The wait is bounded by twice the queue every live instance

@@ -305,13 +305,7 @@ impl Policy<'_> {
         if !turns {
             return 0;
         }
-        let gap = self.configured_turn_gap();
-        match rate.algorithm {
-            Algorithm::TokenBucket => rate
-                .micros_until(0.0, rate.burst as f64)
-                .map_or(gap, |full| gap.min(full.max(1))),
-            _ => gap,
-        }
+        no_later_than_full(rate, 0.0, self.configured_turn_gap())
     }
 
     /// The longest a starved key waits for its turn: twice the queue every live instance would
@@ -338,6 +332,18 @@ impl Policy<'_> {
     /// `1 / starved_calls_per_sec`, in µs.
     fn configured_turn_gap(&self) -> u64 {
         1_000_000 / u64::from(self.settings.starved_calls_per_sec.max(1))
+    }
+}
+
+/// `wait` (µs), but no longer than a token bucket of `rate` holding `tokens` takes to be full
+/// again (at least 1 µs): what refills after that overflows the burst, rate no caller gets.
+/// Other algorithms, and a zero rate (never full), keep `wait`.
+pub(super) fn no_later_than_full(rate: &Rate, tokens: f64, wait: u64) -> u64 {
+    match rate.algorithm {
+        Algorithm::TokenBucket => rate
+            .micros_until(tokens, rate.burst as f64)
+            .map_or(wait, |full| wait.min(full.max(1))),
+        _ => wait,
     }
 }
 
