@@ -62,11 +62,12 @@ pub struct LeaseAsk {
     /// Of the grant, only `least` may leave the bucket below half its burst (a cold lease takes
     /// its extra only from a bucket far from its limit; `want` for any other lease).
     pub least: u64,
-    /// Microseconds between turns of the key's queue of starved callers; 0: no turn. A caller
+    /// The caller's place in the key's queue of starved callers, µs; 0: no turn. A caller
     /// granted fewer than `starved_below` tokens, or fewer than `queue_below` while the queue
-    /// has turns to come, gets the next free turn, at least this long after the one before it,
-    /// so starved sidecars ask about `1e6 / turn_gap` times a second in all, however many they
-    /// are ([`next_turn`]).
+    /// has turns to come, gets the next free turn, this long after the one before it
+    /// ([`next_turn`]): the policy's turn gap, so starved sidecars ask about `1e6 / gap` times a
+    /// second in all, however many they are, or less for a caller whose ask refills sooner
+    /// (`lease::policy::queue_gap`).
     pub turn_gap: u64,
     /// See `turn_gap`: what the caller cannot do without (what its request needs now, or all it
     /// asked for at its turn). A grant short of `least` but not of this, with no queue, is no

@@ -138,3 +138,30 @@ fn a_small_burst_is_not_lost_to_waiting() {
         o.exact_admitted
     );
 }
+
+/// A fleet wider than its burst, in step, in any order, under the limit: 128 sidecars at 80% of
+/// 100 a second, burst 100, each step 128 requests at once. An exact limiter admits the first
+/// 100 of each; so must sluice. Its 28 callers denied at one step used to wait for turns a
+/// tenth of a second apart, through the next step, while the bucket refilled to full: 212 of
+/// 1 536 requests denied that the exact limiter admits. Turns now span the refill of what each
+/// caller asks for.
+#[test]
+fn callers_denied_at_one_step_are_not_denied_at_the_next() {
+    let o = run(&fleet(
+        128,
+        0.8,
+        Arrivals::StepAnyOrder,
+        100,
+        100,
+        20,
+        1_000,
+        1_000,
+        42,
+    ));
+    assert!(
+        o.exact_admitted < o.requests,
+        "each step is wider than the burst: {o:?}"
+    );
+    assert_eq!(o.false_denials, 0, "{o:?}");
+    assert_eq!(o.admitted, o.exact_admitted, "{o:?}");
+}

@@ -125,7 +125,10 @@ impl Policy<'_> {
         let (wait, most) = match grant.turn_in {
             Some(turn) => {
                 state.queued = true;
-                (wait.max(turn), self.longest_wait(ask.turn_gap))
+                (
+                    wait.max(turn),
+                    self.longest_wait(self.turn_gap(state.mode, rate)),
+                )
             }
             None => (wait, self.longest_wait_without_turn()),
         };

@@ -261,3 +261,48 @@ fn a_small_burst_waits_no_longer_than_it_takes_to_fill() {
     );
     assert!(state.retry_at() - NOW >= super::micros(settings.lease_horizon));
 }
+
+/// A caller's place in a starved key's queue spans the time its own ask takes to refill, at
+/// most the turn gap: a queue of callers that each want a token is done in `n/L` seconds, not
+/// `n/C`. Spaced `1/C` apart, 28 callers denied at one step of 128 sidecars in step (burst
+/// 100, 80% of `L`) still waited through the next step, while the bucket refilled to full
+/// and overflowed: 17% false denials, simulated.
+#[test]
+fn a_turn_spans_the_refill_of_what_it_asks_for() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 128);
+    let r = rate(100, 100);
+    let gap = p.turn_gap(Mode::Strict, &r);
+    assert_eq!(gap, 100_000);
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+    assert_eq!(a.turn_gap, 10_000, "one token refills in 10 ms: {a:?}");
+    let turn = Turn {
+        seen: 4,
+        missing: 1,
+        denying: true,
+        gap,
+    };
+    assert_eq!(
+        p.by_demand(&r, &turn).turn_gap,
+        40_000,
+        "four tokens, 40 ms"
+    );
+    let many = Turn { seen: 50, ..turn };
+    assert_eq!(
+        p.by_demand(&r, &many).turn_gap,
+        gap,
+        "never more than the turn gap"
+    );
+    assert_eq!(super::queue_gap(&r, 1, 0), 0, "no turns stay no turns");
+    assert_eq!(
+        super::queue_gap(&rate(0, 10), 1, gap),
+        gap,
+        "a zero rate keeps the gap"
+    );
+    assert_eq!(
+        super::queue_gap(&r, 0, gap),
+        10_000,
+        "a turn takes at least a token"
+    );
+}
