@@ -213,6 +213,7 @@ pub fn settle(
     Settlement::Settled { allowed, verdicts }
 }
 
+mod demand;
 pub mod held;
 mod owed;
 pub mod rate_lease;

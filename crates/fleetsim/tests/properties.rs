@@ -5,18 +5,24 @@
 //! - Never over `B + L·t`, at any moment, whatever the fleet and its load (CI runs 16 fleets;
 //!   `PROPTEST_CASES=1000 cargo test --release -p sluice-fleetsim --test properties` passed).
 //! - No false denial well under the limit (≤ 80 % of `L`) while the burst is at least the number
-//!   of sidecars. That is issue 42's target, which token leases do not meet yet: the property
+//!   of sidecars, token leases and leases of rate drawn apart. That is issue 42's target, which
+//!   neither meets yet. Both are `#[ignore]`d: `PROPTEST_CASES=1500 cargo test --release -p
+//!   sluice-fleetsim --test properties no_false -- --ignored`. Token leases passed 9 000
+//!   fleets in six runs once the demand estimate was weighted by time
+//!   (`ledger::demand::decayed_demand`); before, half of a 500-fleet run's failures were
+//!   theirs, from the history below. Leases of rate still fail on a burst as small as the
+//!   fleet (20 sidecars in step on a burst of 20 at 63% of 64/s: 9 of 200 denied; 16 to
+//!   31 sidecars, 5–7% of a short run's requests). The history: the property
 //!   found the two fleets below (each now decided without a false denial, and kept as a case),
 //!   then fleets where leases sized by an inflated first demand sample, or refills ahead near
 //!   the limit, take the bottom half of the burst from requests elsewhere (40 sidecars at 67% of
-//!   a limit of 24, burst 181: 2 of 154 denied). It is `#[ignore]`d until leases of rate close
-//!   it: `cargo test --release -p sluice-fleetsim --test properties -- --ignored`. They do not
-//!   yet: drawing them alone over 256 fleets found 33 sidecars at 77% of a limit of 37, burst
+//!   a limit of 24, burst 181: 2 of 154 denied). Leases of rate did not close it: drawing them
+//!   alone over 256 fleets found 33 sidecars at 77% of a limit of 37, burst
 //!   196, Poisson, with 2 of 199 denied. Two sidecars had reserved a slice their noisy first
 //!   measurement overstated, and the others' refills ahead of 10 tokens (5% of the burst, from
 //!   its bottom half too) emptied the store: token leases' cause, in other timing. With turns
-//!   paced by what they take it still finds such fleets (43 sidecars at 72% of a limit of 97,
-//!   burst 172, Poisson: 3 of 271 denied).
+//!   paced by what they take it still found such fleets (43 sidecars at 72% of a limit of 97,
+//!   burst 172, Poisson: 3 of 271 denied), which the decaying count fixed.
 //!
 //! Store outages are the simulator grid's (`loadtest/fleetsim/fleet.yaml`): during one the
 //! rule's fallback decides, which may admit beyond the bound by design (docs/faults.md).
@@ -68,7 +74,10 @@ fn fleet(
 /// Up to 48 sidecars, a limit of 1 to 400 a second, a burst of 1 to 2 000, 3 to 11 simulated
 /// seconds (churn replaces a quarter of the fleet every 10 s, so only the longer runs see it), a
 /// store 0.1 to 5 ms away with up to 3 ms of jitter.
-fn case(demand: std::ops::Range<f64>) -> impl Strategy<Value = Case> {
+fn case(
+    demand: std::ops::Range<f64>,
+    leases: impl Strategy<Value = Leases>,
+) -> impl Strategy<Value = Case> {
     (
         1usize..=48,
         demand,
@@ -79,7 +88,7 @@ fn case(demand: std::ops::Range<f64>) -> impl Strategy<Value = Case> {
         100u64..=5_000,
         0u64..=3_000,
         any::<u64>(),
-        prop_oneof![Just(Leases::Tokens), Just(Leases::Rates)],
+        leases,
     )
         .prop_map(|(n, d, a, l, b, s, rtt, jitter, seed, leases)| Case {
             leases,
@@ -87,20 +96,34 @@ fn case(demand: std::ops::Range<f64>) -> impl Strategy<Value = Case> {
         })
 }
 
+fn either_lease() -> impl Strategy<Value = Leases> {
+    prop_oneof![Just(Leases::Tokens), Just(Leases::Rates)]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     #[test]
-    fn never_over_the_bound(case in case(0.05..6.0)) {
+    fn never_over_the_bound(case in case(0.05..6.0, either_lease())) {
         let o = run(&case);
         prop_assert!(o.over <= 0.0, "{:.2} over B + L·t: {o:?}", o.over);
         prop_assert!(o.admitted <= o.requests);
     }
 
     #[test]
-    #[ignore = "issue 42's target, not met by token leases yet (see the file's doc)"]
+    #[ignore = "issue 42's target, not met on a burst as small as the fleet yet (see the file's doc)"]
     fn no_false_denial_well_under_the_limit_while_the_burst_covers_the_fleet(
-        case in case(0.05..0.8)
+        case in case(0.05..0.8, Just(Leases::Tokens))
+    ) {
+        prop_assume!(case.burst >= case.sidecars as u64);
+        let o = run(&case);
+        prop_assert_eq!(o.false_denials, 0, "{:?}", o);
+    }
+
+    #[test]
+    #[ignore = "issue 42's target, not met by leases of rate yet (see the file's doc)"]
+    fn no_false_denial_well_under_the_limit_with_leases_of_rate(
+        case in case(0.05..0.8, Just(Leases::Rates))
     ) {
         prop_assume!(case.burst >= case.sidecars as u64);
         let o = run(&case);

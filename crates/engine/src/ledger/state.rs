@@ -37,7 +37,8 @@ pub struct LeaseState {
     /// Hits denied for want of tokens since the last lease was granted (saturating): with
     /// `spent_since_lease`, the demand a starved key saw while it waited for its turn.
     pub denied_since_lease: u32,
-    /// Smoothed demand, tokens per second (an estimate: `f32` keeps every key 4 bytes smaller).
+    /// Smoothed demand, tokens per second (an estimate: `f32` keeps every key 4 bytes smaller;
+    /// see [`decayed_demand`](super::demand::decayed_demand)).
     pub demand_per_sec: f32,
     /// The lease after the last grant, at most what that call asked for, up to `u32::MAX`: the
     /// low watermark is half of it ([`lease_is_low`](Self::lease_is_low)).
@@ -364,14 +365,11 @@ impl LeaseState {
 
     /// Adds a grant of a `want`-token request to the lease and updates the demand estimate.
     pub fn add_grant(&mut self, granted: u64, remaining: f64, want: u64, now: u64) {
-        // At least 1 µs: many decisions within one microsecond mean very high demand, not none.
-        let elapsed = now.saturating_sub(self.leased_at).max(1);
-        let rate = (self.spent_since_lease as f64 * 1e6 / elapsed as f64) as f32;
-        self.demand_per_sec = if self.demand_per_sec == 0.0 {
-            rate
-        } else {
-            0.5 * self.demand_per_sec + 0.5 * rate
-        };
+        self.demand_per_sec = super::demand::decayed_demand(
+            self.demand_per_sec,
+            self.spent_since_lease,
+            now.saturating_sub(self.leased_at),
+        );
         self.lease = self.lease.saturating_add(granted);
         self.last_lease = u32::try_from(want.min(self.lease)).unwrap_or(u32::MAX);
         self.read_global(remaining, now);
