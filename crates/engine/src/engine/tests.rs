@@ -362,7 +362,7 @@ async fn unspent_leases_go_back_after_lease_ttl_and_idle_keys_are_evicted() {
     };
     let e = engine_on(store.clone(), &clock, settings);
     let ip = [d(&[("ip", "lease")])];
-    // Eight requests in 8 ms: the demand estimate (a decaying count) reads several a second,
+    // Eight requests in 8 ms: the demand estimate (weighted by time) reads several a second,
     // and the lease grows past the request's own token.
     for _ in 0..8 {
         clock.advance_millis(1);
