@@ -55,5 +55,5 @@ pub use engine::{Engine, Payee};
 pub use memory::MemoryStore;
 pub use metrics::{EngineMetrics, StoreOp, StoreOutcome, UsageOutcome};
 pub use store::{
-    GlobalStore, LeaseAsk, LeaseGrant, PushedReset, ReserveAsk, StoreError, next_turn,
+    GlobalStore, LeaseAsk, LeaseGrant, PushedReset, ReserveAsk, StoreError, next_turn, ready_in,
 };

@@ -21,7 +21,9 @@ use sluice_core::reserve::Reservations;
 
 use crate::key;
 use crate::room::{Room, Verdict};
-use crate::store::{GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture, next_turn};
+use crate::store::{
+    GlobalStore, LeaseAsk, LeaseGrant, StoreError, StoreFuture, next_turn, ready_in,
+};
 use stored::Stored;
 
 mod stored;
@@ -253,7 +255,8 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
             if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {
-                    *end = next_turn(*end, now, ask.turn_gap);
+                    let ready_in = ready_in(&rate, b.available(&rate), ask.starved_below, granted);
+                    *end = next_turn(*end, now, ask.turn_gap, ready_in);
                     grant.turn_in = Some(*end - now);
                 }
             }

@@ -8,9 +8,10 @@
 -- ARGV[8]  turn gap in µs (optional, default 0: none) and
 -- ARGV[9]  starved_below (optional, default 0): a grant of fewer than `starved_below` tokens,
 --          or short of ARGV[15] while the queue has turns to come, also gets a turn in the key's
---          queue of starved callers (field `q`, the last turn given): the later of `q` and now,
---          plus the gap (sluice_engine::next_turn). Starved sidecars then ask again one per
---          gap, however many they are.
+--          queue of starved callers (field `q`, the last turn given): `q` plus the gap while
+--          `q` is ahead of now; once the queue has run out, when the bucket holds what the caller
+--          lacks (1 µs to the gap from now; sluice_engine::next_turn). Starved sidecars then ask
+--          again one per gap, however many they are.
 -- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved}: granted = min(want, floor
 --          of what is available, max(least, floor of what is available above half the burst));
 --          remaining is what is available after the grant, in thousandths of a token, rounded
@@ -64,8 +65,25 @@ local turn_in = -1
 if gap > 0 and (granted < below or granted < queue_below) then
   local q = tonumber(redis.call('HGET', KEYS[1], 'q')) or 0
   if granted < below or q > now then
-    if q < now then q = now end
-    q = q + gap
+    if q > now then
+      q = q + gap
+    else
+      -- The queue has run out: this caller is first, its turn when the bucket holds what it
+      -- lacks, at least 1 µs and at most the gap from now (sluice_engine::ready_in).
+      local ready = gap
+      local lacking = below - granted
+      if algorithm == 0 then
+        local after = available()
+        if after >= lacking then
+          ready = 0
+        elseif rpu > 0 and lacking <= burst then
+          ready = math.ceil((lacking - after) * unit / rpu)
+        end
+      end
+      if ready < 1 then ready = 1 end
+      if ready > gap then ready = gap end
+      q = now + ready
+    end
     redis.call('HSET', KEYS[1], 'q', string.format('%d', q))
     turn_in = q - now
   end

@@ -141,6 +141,29 @@ fn case() -> impl Strategy<Value = Case> {
     (rate, prop::collection::vec((step, op), 1..25)).prop_map(|(rate, ops)| Case { rate, ops })
 }
 
+/// Starved callers of a token bucket that refills within their turn gaps: the key's queue
+/// (`next_turn`, `ready_in`), which `case`'s rates and units seldom reach.
+fn queue_case() -> impl Strategy<Value = Case> {
+    let rate = (1u64..2_000, 1u64..20).prop_map(|(limit, burst)| Rate {
+        burst,
+        ..Rate::per_unit(limit, Unit::Second)
+    });
+    let op = (0u64..4, 0u64..4, 1u64..200_000, 0u64..6, 0u64..6).prop_map(
+        |(want, least, turn_gap, starved_below, queue_below)| {
+            Op::LeaseAsking(LeaseAsk {
+                want,
+                least,
+                turn_gap,
+                starved_below,
+                reserve: None,
+                queue_below,
+            })
+        },
+    );
+    (rate, prop::collection::vec((0u64..20_000, op), 1..25))
+        .prop_map(|(rate, ops)| Case { rate, ops })
+}
+
 /// What a grant shows, with its remaining tokens as `milli` thousandths.
 fn seen_grant(g: &LeaseGrant, milli: i64) -> Seen {
     (g.granted, milli, g.window, g.ends_in, g.turn_in, g.reserved)
@@ -273,7 +296,11 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
 /// Runs the cases (a fixed seed, then a random one) against `store`.
 fn agree(rt: &tokio::runtime::Runtime, store: &RedisStore, prefix: &str) {
     let n = std::sync::atomic::AtomicU64::new(0);
-    for seed in [RngSeed::Fixed(0x5eed), RngSeed::Random] {
+    let seeds = [RngSeed::Fixed(0x5eed), RngSeed::Random];
+    for (seed, cases) in seeds
+        .into_iter()
+        .flat_map(|seed| [(seed, case().boxed()), (seed, queue_case().boxed())])
+    {
         let mut runner = TestRunner::new(Config {
             cases: 64,
             rng_seed: seed,
@@ -281,7 +308,7 @@ fn agree(rt: &tokio::runtime::Runtime, store: &RedisStore, prefix: &str) {
             ..Config::default()
         });
         runner
-            .run(&case(), |c| {
+            .run(&cases, |c| {
                 let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let key = format!("sluice:{{{prefix}:{i}}}");
                 let (memory, redis) =

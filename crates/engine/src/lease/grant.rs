@@ -104,20 +104,26 @@ impl Policy<'_> {
         let until = rate
             .micros_until_at(grant.remaining, missing as f64, now)
             .unwrap_or(never);
-        let wait = if self.in_process {
-            until.max(1)
+        // How long at least between a starved key's calls. A caller with a turn in the key's
+        // queue (below) is paced by the queue, so it asks at its turn, or once the tokens it
+        // lacks are there if that is later. Floored at a horizon, its wait denied requests an
+        // exact limiter admits while the bucket refilled: one sidecar on a burst of 5 at 80% of
+        // its limit, 3.2% of its requests (1.7% without the floor), and 93% of `B + L·t` taken
+        // at 400% (99.8%); 2 sidecars at 100% with one hot pod 0.73% (0.42%), for 4 more calls
+        // a second (the fleet simulator, RESULTS.md).
+        let floor = if self.in_process || (grant.turn_in.is_some() && !sliding) {
+            1
         } else if sliding {
-            until.max(horizon / 10)
+            horizon / 10
         } else {
-            until.max(horizon)
+            horizon
         };
         // Never past the moment the global bucket is full again: what refills after it
         // overflows the burst, rate an exact limiter grants and no sidecar gets. A burst
         // smaller than a lease horizon's refill lost most of its rate to the wait: one sidecar
         // on a burst of 1 at 324 a second, at 70% of it, had 55% of its requests denied that
-        // an exact limiter admits (the fleet simulator's property test; 11% with this bound,
-        // the rest is the turn gap's granularity below).
-        let wait = no_later_than_full(rate, grant.remaining, wait);
+        // an exact limiter admits (the fleet simulator's property test; 11% with this bound).
+        let wait = no_later_than_full(rate, grant.remaining, until.max(floor));
         // A turn in the key's queue of starved callers: the fleet's starved sidecars ask one at
         // a time, `turn_gap` apart, so the key costs `starved_calls_per_sec` calls a second
         // however many they are. The wait is bounded by twice the queue every live instance

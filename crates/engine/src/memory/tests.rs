@@ -60,17 +60,23 @@ async fn a_grant_short_of_its_lease_joins_a_queue_only_while_one_waits() {
     );
     assert_eq!(lease(ask(1, 1, 1)).await, (1, None));
     assert_eq!(lease(ask(1, 1, 1)).await, (1, None));
+    let first = 25_000;
     assert_eq!(
         lease(ask(1, 1, 1)).await,
-        (0, Some(gap)),
-        "starved: the queue"
+        (0, Some(first)),
+        "starved, first in the queue: its turn when the bucket holds its token"
+    );
+    assert_eq!(
+        lease(ask(1, 1, 1)).await,
+        (0, Some(first + gap)),
+        "starved while a turn is to come: a gap behind it"
     );
     clock.advance_millis(50);
     assert_eq!(lease(ask(4, 1, 1)).await, (1, None), "all of queue_below");
     clock.advance_millis(25);
     assert_eq!(
         lease(ask(4, 1, 4)).await,
-        (1, Some(gap + gap - 75_000)),
+        (1, Some(first + 2 * gap - 75_000)),
         "short of its lease while a turn is to come: behind it"
     );
 }

@@ -306,3 +306,36 @@ fn a_turn_spans_the_refill_of_what_it_asks_for() {
         "a turn takes at least a token"
     );
 }
+
+/// A caller with a turn is paced by the key's queue, so it asks again at its turn, or once the
+/// tokens it lacks are there if that is later, not a lease horizon later: waiting a horizon
+/// denied what an exact limiter admits while the bucket refilled (one sidecar on a burst of 5
+/// at 80% of its limit: 3.2% of its requests, 1.7% without the floor, simulated). A caller with
+/// no turn keeps the horizon between its calls.
+#[test]
+fn a_caller_with_a_turn_asks_when_its_tokens_are_there() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 2);
+    let r = rate(100, 100);
+    let asked = LeaseAsk {
+        turn_gap: 10_000,
+        starved_below: 1,
+        ..LeaseAsk::exactly(1)
+    };
+    let wait = |turn_in: Option<u64>| {
+        let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+        let grant = LeaseGrant {
+            turn_in,
+            ..LeaseGrant::of(0, 0.5, &r, NOW)
+        };
+        p.apply(&mut state, &r, &asked, &grant, 1, NOW, NOW);
+        state.retry_at() - NOW
+    };
+    assert_eq!(wait(Some(1_000)), 5_000, "half a token lacking: 5 ms");
+    assert_eq!(wait(Some(30_000)), 30_000, "its turn, if later");
+    assert_eq!(
+        wait(None),
+        super::micros(settings.lease_horizon),
+        "no turn: a horizon"
+    );
+}
