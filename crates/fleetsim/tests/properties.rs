@@ -4,25 +4,35 @@
 //!
 //! - Never over `B + L·t`, at any moment, whatever the fleet and its load (CI runs 16 fleets;
 //!   `PROPTEST_CASES=1000 cargo test --release -p sluice-fleetsim --test properties` passed).
-//! - No false denial well under the limit (≤ 80 % of `L`) while the burst is at least the number
-//!   of sidecars, token leases and leases of rate drawn apart. That is issue 42's target, which
-//!   neither meets yet. Both are `#[ignore]`d: `PROPTEST_CASES=1500 cargo test --release -p
-//!   sluice-fleetsim --test properties no_false -- --ignored`. Token leases passed 9 000
-//!   fleets in six runs once the demand estimate was weighted by time
-//!   (`ledger::demand::decayed_demand`); before, half of a 500-fleet run's failures were
-//!   theirs, from the history below. Leases of rate still fail on a burst as small as the
-//!   fleet (20 sidecars in step on a burst of 20 at 63% of 64/s: 9 of 200 denied; 16 to
-//!   31 sidecars, 5–7% of a short run's requests). The history: the property
-//!   found the two fleets below (each now decided without a false denial, and kept as a case),
-//!   then fleets where leases sized by an inflated first demand sample, or refills ahead near
-//!   the limit, take the bottom half of the burst from requests elsewhere (40 sidecars at 67% of
-//!   a limit of 24, burst 181: 2 of 154 denied). Leases of rate did not close it: drawing them
-//!   alone over 256 fleets found 33 sidecars at 77% of a limit of 37, burst
-//!   196, Poisson, with 2 of 199 denied. Two sidecars had reserved a slice their noisy first
-//!   measurement overstated, and the others' refills ahead of 10 tokens (5% of the burst, from
-//!   its bottom half too) emptied the store: token leases' cause, in other timing. With turns
-//!   paced by what they take it still found such fleets (43 sidecars at 72% of a limit of 97,
-//!   burst 172, Poisson: 3 of 271 denied), which the decaying count fixed.
+//! - No false denial well under the limit (≤ 80 % of `L`) while the burst's bottom half covers
+//!   the fleet (`B ≥ 2n`), token leases: in CI (16 fleets; 4 000 passed with
+//!   `PROPTEST_CASES=4000`).
+//! - The same while the burst is at least the number of sidecars (`B ≥ n`), token leases and
+//!   leases of rate drawn apart. That is issue 42's target, which neither meets yet. Both are
+//!   `#[ignore]`d: `PROPTEST_CASES=1500 cargo test --release -p sluice-fleetsim --test
+//!   properties no_false -- --ignored` (both passed 1 500 fleets once, and failed the next
+//!   6 000-fleet run). What fails:
+//!   - token leases, `n ≤ B < 2n`, requests in step, once leases grow past one token: the first
+//!     callers of a step take two each from the burst's top half, and the last find it empty
+//!     (34 sidecars at 74% of 229/s, burst 34: 8 of 1 190 denied, all in one step). Capping a
+//!     lease at `B/n` fixes it and doubles a hot pod's calls at 128 and 1 000 sidecars (49 to
+//!     81 a second at 80%): not kept;
+//!   - leases of rate, the same in step before their reservations start (24 sidecars, burst
+//!     24: 16 of 576), and one sidecar on a limit of 4/s, burst 2 (1 of 14).
+//!
+//!   The history: token leases passed 9 000 fleets in six runs once the demand estimate was
+//!   weighted by time (`ledger::demand::decayed_demand`); before, half of a 500-fleet run's
+//!   failures were theirs. The property found the fleets kept as cases below (each now
+//!   decided without a false denial), then fleets where leases sized by an inflated first
+//!   demand sample, or refills ahead near the limit, take the bottom half of the burst from
+//!   requests elsewhere (40 sidecars at 67% of a limit of 24, burst 181: 2 of 154 denied).
+//!   Leases of rate did not close it: drawing them alone over 256 fleets found 33 sidecars at
+//!   77% of a limit of 37, burst 196, Poisson, with 2 of 199 denied. Two sidecars had reserved
+//!   a slice their noisy first measurement overstated, and the others' refills ahead of 10
+//!   tokens (5% of the burst, from its bottom half too) emptied the store: token leases'
+//!   cause, in other timing. With turns paced by what they take it still found such fleets
+//!   (43 sidecars at 72% of a limit of 97, burst 172, Poisson: 3 of 271 denied), which the
+//!   estimate weighted by time fixed.
 //!
 //! Store outages are the simulator grid's (`loadtest/fleetsim/fleet.yaml`): during one the
 //! rule's fallback decides, which may admit beyond the bound by design (docs/faults.md).
@@ -119,6 +129,17 @@ proptest! {
         prop_assert!(o.admitted <= o.requests);
     }
 
+    /// Token leases well under the limit while the burst's bottom half covers the fleet
+    /// (`B ≥ 2n`): each sidecar's request finds its token there whatever took the top half.
+    /// Passed 4 000 random fleets (`PROPTEST_CASES=4000`); CI runs 16.
+    #[test]
+    fn no_false_denial_well_under_the_limit_while_half_the_burst_covers_the_fleet(
+        case in case(0.05..0.8, Just(Leases::Tokens))
+    ) {
+        prop_assume!(case.burst >= 2 * case.sidecars as u64);
+        no_false_denial_while_the_burst_covers_the_fleet(&case)?;
+    }
+
     #[test]
     #[ignore = "issue 42's target, not met on a burst as small as the fleet yet (see the file's doc)"]
     fn no_false_denial_well_under_the_limit_while_the_burst_covers_the_fleet(
@@ -151,18 +172,41 @@ fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
     }
 }
 
+/// Two sidecars, one hot, at 43% of 12 a second on a burst of 2 (found by the property
+/// above): a starved wait floored at a lease horizon ended 1 ms after a request the exact
+/// limiter admitted. A caller with a turn in the key's queue now asks at its turn or when the
+/// tokens it lacks are there.
+#[test]
+fn a_starved_caller_with_a_turn_asks_when_its_tokens_are_there() {
+    let o = run(&fleet(
+        2,
+        0.432_808_914_738_475_66,
+        Arrivals::Hot,
+        12,
+        2,
+        10,
+        100,
+        0,
+        168_061_786_341_592_684,
+    ));
+    assert!(o.exact_admitted > 40, "{o:?}");
+    assert_eq!(o.false_denials, 0, "{o:?}");
+}
+
 /// One sidecar on a burst of 1 at 324 a second, at 70% of it (found by the property above): a
 /// starved wait of a lease horizon (200 ms) let the bucket overflow 64 times over, and 55% of
 /// the requests an exact limiter admits were denied. A wait now ends when the bucket is full
-/// again, and turns come no further apart: 11% are still denied, the granularity of a turn
-/// (a whole refill of the burst, whatever fraction of a token the grant left), so the test
-/// asks for at least 80% of what the exact limiter admits, not all of it.
+/// again, the key's first starved caller gets its turn when its token is there, and a caller
+/// with a turn waits no horizon: it admits no fewer than the exact limiter (419 of 710 against
+/// 404). Which requests differ: a store call here takes 2 ms of the simulated clock (whole
+/// milliseconds each way), two thirds of a token's refill, so 3% of the requests the exact
+/// limiter admits are denied and more that it denies are admitted.
 #[test]
 fn a_small_burst_is_not_lost_to_waiting() {
     let o = run(&fleet(1, 0.698, Arrivals::Poisson, 324, 1, 3, 100, 0, 0));
     assert!(o.exact_admitted > 400, "{o:?}");
     assert!(
-        o.admitted * 10 >= o.exact_admitted * 8,
+        o.admitted >= o.exact_admitted,
         "admitted {} of the exact limiter's {}: {o:?}",
         o.admitted,
         o.exact_admitted
