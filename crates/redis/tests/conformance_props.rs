@@ -293,7 +293,8 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
     seen
 }
 
-/// Runs the cases (a fixed seed, then a random one) against `store`.
+/// Runs the cases of both strategies (`case`, `queue_case`; each with a fixed seed, then a
+/// random one) against `store`.
 fn agree(rt: &tokio::runtime::Runtime, store: &RedisStore, prefix: &str) {
     let n = std::sync::atomic::AtomicU64::new(0);
     let seeds = [RngSeed::Fixed(0x5eed), RngSeed::Random];
