@@ -358,12 +358,14 @@ async fn unspent_leases_go_back_after_lease_ttl_and_idle_keys_are_evicted() {
     let store = MemoryStore::new(clock.clone());
     let settings = EngineSettings {
         max_lease_fraction: 0.5,
+        lease_horizon: std::time::Duration::from_millis(500),
         ..EngineSettings::default()
     };
     let e = engine_on(store.clone(), &clock, settings);
     let ip = [d(&[("ip", "lease")])];
     // Eight requests in 8 ms: the demand estimate (weighted by time) reads several a second,
-    // and the lease grows past the request's own token.
+    // over a token in a lease horizon of half a second, and the lease grows past the request's
+    // own token.
     for _ in 0..8 {
         clock.advance_millis(1);
         ask(&e, &ip).await;
@@ -376,6 +378,7 @@ async fn unspent_leases_go_back_after_lease_ttl_and_idle_keys_are_evicted() {
     e.sweep().await;
     let after = store.peek(&key, rate).await.expect("peek");
     assert!(after > before, "returned tokens: {before} -> {after}");
+    assert_eq!(only_key(&e).1, 0, "the sidecar holds none of them any more");
     clock.advance_micros(EngineSettings::default().idle_timeout.as_micros() as u64 + 1);
     e.sweep().await;
     assert_eq!(e.tracked_keys(), 0);
