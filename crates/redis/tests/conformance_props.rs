@@ -104,24 +104,14 @@ fn case() -> impl Strategy<Value = Case> {
     let op = prop_oneof![
         4 => amount().prop_map(Op::Lease),
         // Gaps up to 1 000 s (the engine's are at most a second; far below 2^53 µs).
-        2 => (
+        2 => lease_asking(
             amount(),
             amount(),
             prop_oneof![Just(0u64), 1u64..1_000_000, Just(1_000_000_000)],
             amount(),
             reservation(),
             amount(),
-        )
-            .prop_map(|(want, least, turn_gap, starved_below, reserve, queue_below)| {
-                Op::LeaseAsking(LeaseAsk {
-                    want,
-                    least,
-                    turn_gap,
-                    starved_below,
-                    reserve,
-                    queue_below,
-                })
-            }),
+        ),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
         1 => Just(Op::Close),
@@ -148,20 +138,39 @@ fn queue_case() -> impl Strategy<Value = Case> {
         burst,
         ..Rate::per_unit(limit, Unit::Second)
     });
-    let op = (0u64..4, 0u64..4, 1u64..200_000, 0u64..6, 0u64..6).prop_map(
-        |(want, least, turn_gap, starved_below, queue_below)| {
+    let op = lease_asking(
+        0u64..4,
+        0u64..4,
+        1u64..200_000,
+        0u64..6,
+        Just(None),
+        0u64..6,
+    );
+    (rate, prop::collection::vec((0u64..20_000, op), 1..25))
+        .prop_map(|(rate, ops)| Case { rate, ops })
+}
+
+/// An `Op::LeaseAsking` drawn field by field (`LeaseAsk`'s fields, in its order).
+fn lease_asking(
+    want: impl Strategy<Value = u64>,
+    least: impl Strategy<Value = u64>,
+    turn_gap: impl Strategy<Value = u64>,
+    starved_below: impl Strategy<Value = u64>,
+    reserve: impl Strategy<Value = Option<ReserveAsk>>,
+    queue_below: impl Strategy<Value = u64>,
+) -> impl Strategy<Value = Op> {
+    (want, least, turn_gap, starved_below, reserve, queue_below).prop_map(
+        |(want, least, turn_gap, starved_below, reserve, queue_below)| {
             Op::LeaseAsking(LeaseAsk {
                 want,
                 least,
                 turn_gap,
                 starved_below,
-                reserve: None,
+                reserve,
                 queue_below,
             })
         },
-    );
-    (rate, prop::collection::vec((0u64..20_000, op), 1..25))
-        .prop_map(|(rate, ops)| Case { rate, ops })
+    )
 }
 
 /// What a grant shows, with its remaining tokens as `milli` thousandths.
