@@ -255,7 +255,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
             if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {
-                    let ready_in = ready_in(&rate, b.available(&rate), ask.starved_below, granted);
+                    let ready_in = ready_in(&rate, b.available(&rate), ask.lacking(granted));
                     *end = next_turn(*end, now, ask.turn_gap, ready_in);
                     grant.turn_in = Some(*end - now);
                 }

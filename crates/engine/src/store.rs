@@ -84,6 +84,14 @@ pub struct LeaseAsk {
     /// refilled between turns before the starved callers' turns came (128 sidecars in step at
     /// 4× the limit: a call for each admitted request, simulated).
     pub queue_below: u64,
+    /// See `turn_gap`: at most what the caller's next request lacks. The first turn of a queue
+    /// that has run out comes when the bucket holds what the caller lacks of `starved_below`,
+    /// or this much if less ([`LeaseAsk::lacking`]): a sidecar asking by demand below its
+    /// limit (a Poisson clump of 3 requests on a burst of 3, at 61% of its limit) waited for
+    /// all the demand it had seen, and denied a request an exact limiter admits. `u64::MAX`:
+    /// all it lacks (a sidecar alone over its limit, whose wait for its whole ask loses
+    /// nothing: every token that refills is its own).
+    pub next_needs: u64,
 }
 
 /// A reservation of part of a key's rate `L` (issue 42, [`sluice_core::reserve`]): the store
@@ -113,7 +121,16 @@ impl LeaseAsk {
             starved_below: 0,
             reserve: None,
             queue_below: want,
+            next_needs: u64::MAX,
         }
+    }
+
+    /// What a caller granted `granted` tokens still lacks, as the first turn of a queue that
+    /// has run out waits for it: of `starved_below`, and no more than `next_needs`.
+    pub fn lacking(&self, granted: u64) -> u64 {
+        self.starved_below
+            .saturating_sub(granted)
+            .min(self.next_needs)
     }
 }
 
@@ -133,16 +150,16 @@ pub fn next_turn(queue_end: u64, now: u64, gap: u64, ready_in: u64) -> u64 {
     }
 }
 
-/// µs until a token bucket holding `available` (after a grant of `granted`) holds what a caller
-/// that cannot do without `starved_below` tokens still lacks ([`next_turn`]'s `ready_in`, as
-/// `lease.lua` computes it); `u64::MAX` when no refill can tell (windows, slots, a zero rate,
-/// more than the burst).
-pub fn ready_in(rate: &Rate, available: f64, starved_below: u64, granted: u64) -> u64 {
+/// µs until a token bucket holding `available` (after a grant) holds the `lacking` tokens a
+/// caller still lacks ([`LeaseAsk::lacking`]; [`next_turn`]'s `ready_in`, as `lease.lua`
+/// computes it); `u64::MAX` when no refill can tell (windows, slots, a zero rate, more than the
+/// burst).
+pub fn ready_in(rate: &Rate, available: f64, lacking: u64) -> u64 {
     if rate.algorithm != Algorithm::TokenBucket {
         return u64::MAX;
     }
-    let lacking = starved_below.saturating_sub(granted) as f64;
-    rate.micros_until(available, lacking).unwrap_or(u64::MAX)
+    rate.micros_until(available, lacking as f64)
+        .unwrap_or(u64::MAX)
 }
 
 /// A reset another instance pushed: the encoded table key ([`crate::key::encode_into`]) whose

@@ -11,8 +11,10 @@
 //!   -- --ignored`). Token leases passed 12 000 fleets since leases are sized by rounding
 //!   (`Policy::lease_size`); rounded up, every 4 000-fleet run failed, on fleets in step with
 //!   `n ≤ B < 2n` (34 sidecars at 74% of 229/s, burst 34: 8 of 1 190 denied, now a case
-//!   below). One fleet fails either way: a sidecar alone at 61% of 22/s on a burst of 3 (1 of
-//!   57), whose turn waits for all the demand it saw, not the request it has.
+//!   below). The fleet found since (a sidecar alone at 61% of 22/s on a burst of 3: 1 of 57),
+//!   whose first turn waited for all the demand it saw rather than the request it had, is a
+//!   case below. A 20 000-fleet run then found 2 sidecars, one hot, at 34% of 129/s on a burst
+//!   of 2 with a store 0.75 ms away and 2.2 ms of jitter (5 of 143), the same before the change.
 //! - Leases of rate, the same, `#[ignore]`d: they fail in step before their reservations start
 //!   (24 sidecars, burst 24: 16 of 576), and one sidecar on a limit of 4/s, burst 2 (1 of 14).
 //!
@@ -211,24 +213,67 @@ fn a_starved_caller_with_a_turn_asks_when_its_tokens_are_there() {
     assert_eq!(o.false_denials, 0, "{o:?}");
 }
 
+/// A sidecar alone at 61% of 22 a second on a burst of 3, Poisson (found by the property
+/// above): a clump of 3 requests put it in the key's queue, and its turn (the queue's first)
+/// waited for the 3 tokens of the demand it had seen; a request 54 ms later, with 1.4 tokens in
+/// the bucket, was denied. Below its limit, a sidecar's first turn now waits for what its
+/// request lacks.
+#[test]
+fn below_its_limit_a_sidecar_waits_for_its_request_not_its_clump() {
+    let o = run(&fleet(
+        1,
+        0.610_220_889_139_712_5,
+        Arrivals::Poisson,
+        22,
+        3,
+        4,
+        100,
+        0,
+        4_284_055_571_994_145_119,
+    ));
+    assert!(o.exact_admitted > 40, "{o:?}");
+    assert_eq!(o.false_denials, 0, "{o:?}");
+}
+
+/// A sidecar alone at 4× a limit of 324 a second on a burst of 1, with a store call taking
+/// 2 ms of the simulated clock: a starved key's next ask was counted from when its request
+/// came, not from when its call was sent, so for a request that had waited behind others' calls
+/// it was over before it began. Every request queued behind the key's lock then called the
+/// store in turn, a fifth of them waited out the store's timeout, and the calls it cut off lost
+/// their tokens (in 20 s: 4 988 timed out; 64% of `B + L·t` admitted).
+#[test]
+fn a_starved_key_is_paced_from_its_calls_not_its_requests() {
+    let o = run(&fleet(1, 4.0, Arrivals::Poisson, 324, 1, 20, 100, 0, 42));
+    assert_eq!(o.timed_out, 0, "{o:?}");
+    assert!(
+        o.admitted as f64 >= 0.95 * o.exact_admitted as f64,
+        "admitted {} of the exact limiter's {}: {o:?}",
+        o.admitted,
+        o.exact_admitted
+    );
+}
+
 /// One sidecar on a burst of 1 at 324 a second, at 70% of it (found by the property above): a
 /// starved wait of a lease horizon (200 ms) let the bucket overflow 64 times over, and 55% of
 /// the requests an exact limiter admits were denied. A wait now ends when the bucket is full
-/// again, the key's first starved caller gets its turn when its token is there, and a caller
-/// with a turn waits no horizon: it admits no fewer than the exact limiter (419 of 710 against
-/// 404). Which requests differ: a store call here takes 2 ms of the simulated clock (whole
-/// milliseconds each way), two thirds of a token's refill, so 3% of the requests the exact
-/// limiter admits are denied and more that it denies are admitted.
+/// again, the key's first starved caller gets its turn when its token is there, a caller with a
+/// turn waits no horizon, and the wait counts from the call, not from a request that queued
+/// behind others' calls: 402 of 710 admitted against the exact limiter's 404, 3 of them
+/// denied that it admits. A store call here takes 2 ms of the simulated clock (whole
+/// milliseconds each way), two thirds of a token's refill. (Counted from the request, 419 were
+/// admitted and 13 denied that it admits: decisions that waited out calls admitted requests
+/// late, a bucket's refill after the exact limiter had denied them.)
 #[test]
 fn a_small_burst_is_not_lost_to_waiting() {
     let o = run(&fleet(1, 0.698, Arrivals::Poisson, 324, 1, 3, 100, 0, 0));
     assert!(o.exact_admitted > 400, "{o:?}");
     assert!(
-        o.admitted >= o.exact_admitted,
+        o.admitted as f64 >= 0.99 * o.exact_admitted as f64,
         "admitted {} of the exact limiter's {}: {o:?}",
         o.admitted,
         o.exact_admitted
     );
+    assert!(o.false_denials * 100 <= o.requests, "{o:?}");
 }
 
 /// A fleet wider than its burst, in step, in any order, under the limit: 128 sidecars at 80% of

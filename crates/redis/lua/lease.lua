@@ -29,6 +29,8 @@
 --          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for),
 --          after giving back ARGV[14] tokens (a token bucket; capped at the burst) first
 -- ARGV[15] queue_below (optional, default `least`): see ARGV[9] (LeaseAsk::queue_below)
+-- ARGV[16] next_needs (optional, default: no bound): the first turn of a queue that has run
+--          out waits for no more than this many tokens (LeaseAsk::next_needs, ::lacking)
 if algorithm == 3 then reclaim() end
 local want = tonumber(ARGV[6])
 local least = want
@@ -39,6 +41,8 @@ local queue_below = least
 if ARGV[15] ~= nil and ARGV[15] ~= '' then queue_below = tonumber(ARGV[15]) end
 local below = 0
 if ARGV[9] ~= nil and ARGV[9] ~= '' then below = tonumber(ARGV[9]) end
+local next_needs = nil
+if ARGV[16] ~= nil and ARGV[16] ~= '' then next_needs = tonumber(ARGV[16]) end
 -- Leases of rate: what the caller's full stock could not hold is given back first (ARGV[14]).
 if ARGV[11] == '1' and algorithm == 0 then
   local back = tonumber(ARGV[14])
@@ -72,6 +76,7 @@ if gap > 0 and (granted < below or granted < queue_below) then
       -- lacks, at least 1 µs and at most the gap from now (sluice_engine::ready_in).
       local ready = gap
       local lacking = below - granted
+      if next_needs ~= nil and next_needs < lacking then lacking = next_needs end
       if algorithm == 0 then
         local after = available()
         if after >= lacking then

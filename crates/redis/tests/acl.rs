@@ -85,6 +85,7 @@ async fn every_call(settings: RedisSettings, admin: &[String]) {
             starved_below: 1,
             reserve: None,
             queue_below: 10,
+            next_needs: 1,
         };
         let g = a.lease_asking(&key, r, ask).await.expect("lease");
         assert!(g.granted >= 1, "{algorithm:?}: {g:?}");

@@ -18,7 +18,8 @@ enum Op {
     Lease(u64),
     /// A lease of which only `least` may come from below half the burst, with a turn
     /// `turn_gap` after the last one if it grants fewer than `starved_below` (or than `least`
-    /// while turns are to come).
+    /// while turns are to come), the first of a queue that has run out when the bucket holds
+    /// what it lacks (no more than `next_needs`).
     LeaseAsking(LeaseAsk),
     Release(u64),
     Peek,
@@ -111,6 +112,7 @@ fn case() -> impl Strategy<Value = Case> {
             amount(),
             reservation(),
             amount(),
+            amount(),
         ),
         2 => amount().prop_map(Op::Release),
         1 => Just(Op::Peek),
@@ -145,6 +147,7 @@ fn queue_case() -> impl Strategy<Value = Case> {
         0u64..6,
         Just(None),
         0u64..6,
+        prop_oneof![Just(u64::MAX), 0u64..6],
     );
     (rate, prop::collection::vec((0u64..20_000, op), 1..25))
         .prop_map(|(rate, ops)| Case { rate, ops })
@@ -158,19 +161,28 @@ fn lease_asking(
     starved_below: impl Strategy<Value = u64>,
     reserve: impl Strategy<Value = Option<ReserveAsk>>,
     queue_below: impl Strategy<Value = u64>,
+    next_needs: impl Strategy<Value = u64>,
 ) -> impl Strategy<Value = Op> {
-    (want, least, turn_gap, starved_below, reserve, queue_below).prop_map(
-        |(want, least, turn_gap, starved_below, reserve, queue_below)| {
-            Op::LeaseAsking(LeaseAsk {
-                want,
-                least,
-                turn_gap,
-                starved_below,
-                reserve,
-                queue_below,
-            })
-        },
-    )
+    let fields = (
+        want,
+        least,
+        turn_gap,
+        starved_below,
+        reserve,
+        queue_below,
+        next_needs,
+    );
+    fields.prop_map(|(want, least, turn_gap, starved, reserve, queue, next)| {
+        Op::LeaseAsking(LeaseAsk {
+            want,
+            least,
+            turn_gap,
+            starved_below: starved,
+            reserve,
+            queue_below: queue,
+            next_needs: next,
+        })
+    })
 }
 
 /// What a grant shows, with its remaining tokens as `milli` thousandths.

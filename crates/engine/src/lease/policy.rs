@@ -43,7 +43,17 @@ pub(super) struct Turn {
     pub(super) denying: bool,
     /// The gap between turns (µs).
     pub(super) gap: u64,
+    /// Its own demand is below the key's limit ([`UNDER_LIMIT`] of it): its turn, if it is the
+    /// first of a queue that has run out, comes when the bucket holds what its next request
+    /// lacks, not all it asks for ([`LeaseAsk::next_needs`]).
+    pub(super) under_limit: bool,
 }
+
+/// The fraction of a key's limit below which a sidecar's measured demand counts as under it
+/// ([`Turn::under_limit`]): the estimate of a sidecar alone over its limit, which spends about
+/// the limit, must not read as under it (its turns would come a token at a time: a lone sidecar
+/// at 4× a limit of 100/s asked 106 times a second, not 10; simulated).
+const UNDER_LIMIT: f64 = 0.9;
 
 impl Policy<'_> {
     /// The lease call for a request of `hits` on a key in `state` (a bucket of `rate`, `mode`)
@@ -77,6 +87,8 @@ impl Policy<'_> {
                 missing,
                 denying,
                 gap: turn_gap,
+                under_limit: demand * rate.period_micros() as f64 / 1e6
+                    < UNDER_LIMIT * rate.requests_per_unit as f64,
             });
         }
         // A lease of rate fills the stock with the key's mean demand: the store is asked only
@@ -132,6 +144,7 @@ impl Policy<'_> {
             starved_below,
             reserve: None,
             queue_below,
+            next_needs: u64::MAX,
         })
     }
 
@@ -141,7 +154,8 @@ impl Policy<'_> {
     /// more): each turn then takes what refilled since the turn before it, so the fleet's
     /// starved calls take all of `L` at `starved_calls_per_sec` calls a second, and no sidecar
     /// takes more than it is likely to get to spend (after a reset, the burst goes to every
-    /// sidecar that asks, not to the first).
+    /// sidecar that asks, not to the first). Below its limit, a sidecar's first turn comes
+    /// when its next request can be paid ([`Turn::under_limit`]).
     pub(super) fn by_demand(&self, rate: &Rate, turn: &Turn) -> LeaseAsk {
         let most = self.turn_ask_cap(rate, turn.gap).max(turn.missing);
         let want = turn.seen.clamp(turn.missing, most);
@@ -152,6 +166,11 @@ impl Policy<'_> {
             starved_below: want,
             reserve: None,
             queue_below: want,
+            next_needs: if turn.under_limit {
+                turn.missing
+            } else {
+                u64::MAX
+            },
         }
     }
 

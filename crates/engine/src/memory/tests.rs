@@ -48,6 +48,7 @@ async fn a_grant_short_of_its_lease_joins_a_queue_only_while_one_waits() {
         starved_below,
         reserve: None,
         queue_below,
+        next_needs: u64::MAX,
     };
     let lease = async |a: LeaseAsk| {
         let g = store.lease_asking("k", rate, a).await.expect("lease");
@@ -78,5 +79,38 @@ async fn a_grant_short_of_its_lease_joins_a_queue_only_while_one_waits() {
         lease(ask(4, 1, 4)).await,
         (1, Some(first + 2 * gap - 75_000)),
         "short of its lease while a turn is to come: behind it"
+    );
+}
+
+/// The first turn of a queue that has run out waits for what the caller lacks of
+/// `starved_below`, or for `next_needs` if less (`LeaseAsk::lacking`): a caller below its limit
+/// that asked for 4 and got none waits for the token its request needs, not for 4.
+#[tokio::test]
+async fn a_first_turn_waits_for_no_more_than_the_next_request_needs() {
+    let clock = ManualClock::at(1_000_000);
+    let store = MemoryStore::new(clock.clone());
+    // A token every 25 ms, empty to start.
+    let rate = Rate {
+        burst: 4,
+        ..Rate::per_unit(40, Unit::Second)
+    };
+    assert_eq!(store.lease("k", rate, 4).await.map(|g| g.granted), Ok(4));
+    let ask = |next_needs: u64| LeaseAsk {
+        turn_gap: 1_000_000,
+        starved_below: 4,
+        next_needs,
+        ..LeaseAsk::exactly(4)
+    };
+    let turn = async |a: LeaseAsk, key: &str| {
+        let g = store.lease_asking(key, rate, a).await.expect("lease");
+        (g.granted, g.turn_in)
+    };
+    assert_eq!(turn(ask(1), "k").await, (0, Some(25_000)), "one token");
+    // Another key, emptied the same way: the whole ask.
+    assert_eq!(store.lease("j", rate, 4).await.map(|g| g.granted), Ok(4));
+    assert_eq!(
+        turn(ask(u64::MAX), "j").await,
+        (0, Some(100_000)),
+        "four tokens"
     );
 }
