@@ -14,12 +14,12 @@
 //!   below). The fleet found since (a sidecar alone at 61% of 22/s on a burst of 3: 1 of 57),
 //!   whose first turn waited for all the demand it saw rather than the request it had, is a
 //!   case below. A 20 000-fleet run then found 2 sidecars, one hot, at 34% of 129/s on a burst
-//!   of 2 with a store 0.75 ms away and 2.2 ms of jitter (5 of 143). They call the store for
-//!   every request, as the reference does, and with no jitter deny nothing: the store sees the
-//!   calls up to a few ms out of the order their requests came in, on a bucket that refills a
-//!   token every 7.75 ms, and the exact limiter here judges at the requests' own times. Any
-//!   remote limiter denies those; a fair judge would run the exact limiter at the times the
-//!   requests' calls would reach the store (not built).
+//!   of 2 with a store 0.75 ms away and 2.2 ms of jitter (5 of 143, 1 admitted fewer in all).
+//!   They call the store for every request, as the reference does, and with no jitter deny
+//!   nothing: the store judges each call when it arrives, up to 2 ms after its request, on a
+//!   bucket that refills a token every 7.75 ms, and the exact limiter here at the request's own
+//!   time. A call that arrives late finds a token the exact limiter had not yet refilled, and
+//!   the next request, whose call is quicker, finds none: a swap, as any remote limiter makes.
 //! - Leases of rate, the same, `#[ignore]`d: they fail in step before their reservations start
 //!   (24 sidecars, burst 24: 16 of 576), and one sidecar on a limit of 4/s, burst 2 (1 of 14).
 //!
