@@ -25,9 +25,11 @@ mod outage;
 mod policy;
 mod rates;
 mod turns;
+mod waiting;
 
 use policy::Next;
 pub(crate) use policy::Policy;
+use waiting::{ExactWaiter, waited_for_a_short_answer};
 
 /// Lease returns in flight at once (a sweep or a shutdown may return many).
 const RETURNS_AT_ONCE: usize = 256;
@@ -171,15 +173,13 @@ impl Leaser {
         // says what it needs, so the next call asks for every waiter at once.
         let waiting =
             (charge.info.mode == Mode::Exact).then(|| ExactWaiter::new(&bucket, charge.hits));
+        let answered_before = bucket.lock().global_read_at;
         let flight = until(deadline, self.flight(&bucket).lock()).await;
         drop(waiting);
         let Some(_flight) = flight else {
             charge.store = down(charge);
             return;
         };
-        if self.covered(&bucket, charge.info.mode, charge.hits, now) {
-            return;
-        }
         // The call is timed from when it is sent, not from when its request came: a starved
         // key's next ask (`retry_at`) is counted from it. Counted from a request that had
         // waited for the calls before it, the wait was over before it began, and every request
@@ -187,7 +187,13 @@ impl Leaser {
         // of 1 (324/s, a store call 2 ms away) made 500 calls a second, a fifth of its requests
         // waited out the store's timeout, and the calls it cut off lost their tokens (64% of
         // `B + L·t` admitted; 70% now, with no timeout; simulated).
-        let now = self.clock.now_micros().max(now);
+        let locked = self.clock.now_micros().max(now);
+        if self.covered(&bucket, charge.info.mode, charge.hits, now)
+            || waited_for_a_short_answer(&bucket, charge, answered_before, now, locked)
+        {
+            return;
+        }
+        let now = locked;
         let call = async {
             if charge.hits == 0 {
                 self.peek(&bucket, charge.store_key(), now).await
@@ -367,29 +373,4 @@ fn down(charge: &Charge<'_>) -> StoreStatus {
 /// A duration in microseconds, saturating (config bounds durations, but never wrap here).
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// An exact-mode request waiting for another request's store call on its key: its hits count in
-/// the key's `exact_waiting` (so the next call asks for them too) until it stops waiting, also
-/// when its future is dropped (a client gone), so a count never outlives its waiter.
-struct ExactWaiter<'a> {
-    bucket: &'a LeaseBucket,
-    hits: u64,
-}
-
-impl<'a> ExactWaiter<'a> {
-    fn new(bucket: &'a LeaseBucket, hits: u64) -> Self {
-        let mut state = bucket.lock();
-        let waiting = &mut state.rare_mut().exact_waiting;
-        *waiting = waiting.saturating_add(hits);
-        Self { bucket, hits }
-    }
-}
-
-impl Drop for ExactWaiter<'_> {
-    fn drop(&mut self) {
-        let mut state = self.bucket.lock();
-        let waiting = &mut state.rare_mut().exact_waiting;
-        *waiting = waiting.saturating_sub(self.hits);
-    }
 }

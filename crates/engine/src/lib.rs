@@ -16,7 +16,8 @@
 //! - [`bucket`]: [`LeaseBucket`](bucket::LeaseBucket), one key's state behind its lock.
 //! - `plan`: a request's distinct buckets with their summed hits.
 //! - `table`: the tracked keys, bounded by `max_keys`, evicting only keys at rest.
-//! - `lease`: every store call: single-flight leases, background refills and returns (owned by a
+//! - `lease`: every store call: single-flight leases (`lease/waiting.rs`: what a request waiting
+//!   for its key's call adds to it or is spared), background refills and returns (owned by a
 //!   task tracker), over the lease policy, a synchronous step with no store I/O (`lease/policy.rs`:
 //!   what a call asks for; `lease/grant.rs`: what its answer does to the key), and the
 //!   reservations leases of rate ask for

@@ -1,0 +1,127 @@
+//! Requests waiting for their key's single flight (`Leaser::flights`): what an exact-mode
+//! waiter adds to the next call's ask, and when a strict-mode waiter needs no call of its own.
+
+use sluice_core::bucket::{Algorithm, Rate};
+use sluice_core::config::Mode;
+
+use crate::bucket::LeaseBucket;
+use crate::plan::Charge;
+
+/// Whether a strict-mode charge that asked at `asked` and got its key's lock at `locked` waited
+/// for a call on its key (one sent after `answered_before`) whose answer leaves it short: the
+/// store, when it judged that call (taken as halfway between its send and `locked`), held less
+/// than the charge needs, and would still have at `asked`. The charge is then denied as an exact
+/// limiter would deny it, without a call of its own. Each waiter calling in turn, one round trip
+/// after another, made a convoy on a starved hot key whose requests come faster than a round
+/// trip: 3 sidecars at 4.8× a limit of 364 a second, one hot, a store 3 ms away with 2.8 ms of
+/// jitter, and 5 055 of 8 824 decisions waited out the store's timeout, the calls it cut off
+/// lost their tokens, and the fallback admitted beyond `B + L·t` (16 over; the fleet
+/// simulator's property test). A waiter that came after the store's tokens were there still
+/// calls: denied too, one sidecar on a burst of 1 at 80% of 324 a second was denied 0.59% of
+/// the requests an exact limiter admits instead of 0.25% (simulated). A concurrency limit's
+/// slots come back at no time a rate can tell: its waiters call as before.
+pub(super) fn waited_for_a_short_answer(
+    bucket: &LeaseBucket,
+    charge: &Charge<'_>,
+    answered_before: u64,
+    asked: u64,
+    locked: u64,
+) -> bool {
+    let rate = &bucket.rate;
+    if charge.info.mode != Mode::Strict || rate.algorithm == Algorithm::Concurrency {
+        return false;
+    }
+    let state = bucket.lock();
+    state.global_read_at > answered_before
+        && short_at(
+            rate,
+            state.global_remaining,
+            state.global_read_at,
+            locked,
+            charge.hits,
+            asked,
+        )
+}
+
+/// Whether a bucket of `rate` that held `remaining` after a call sent at `sent` and answered by
+/// `locked` (judged halfway between) held fewer than `hits` at `asked`, with what refilled from
+/// the judging to `asked`.
+fn short_at(rate: &Rate, remaining: f64, sent: u64, locked: u64, hits: u64, asked: u64) -> bool {
+    if remaining >= hits as f64 {
+        return false;
+    }
+    let judged = sent + locked.saturating_sub(sent) / 2;
+    match rate.micros_until_at(remaining, hits as f64, judged) {
+        Some(wait) => judged.saturating_add(wait) > asked,
+        None => true,
+    }
+}
+
+/// An exact-mode request waiting for another request's store call on its key: its hits count in
+/// the key's `exact_waiting` (so the next call asks for them too) until it stops waiting, also
+/// when its future is dropped (a client gone), so a count never outlives its waiter.
+pub(super) struct ExactWaiter<'a> {
+    bucket: &'a LeaseBucket,
+    hits: u64,
+}
+
+impl<'a> ExactWaiter<'a> {
+    pub(super) fn new(bucket: &'a LeaseBucket, hits: u64) -> Self {
+        let mut state = bucket.lock();
+        let waiting = &mut state.rare_mut().exact_waiting;
+        *waiting = waiting.saturating_add(hits);
+        Self { bucket, hits }
+    }
+}
+
+impl Drop for ExactWaiter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.bucket.lock();
+        let waiting = &mut state.rare_mut().exact_waiting;
+        *waiting = waiting.saturating_sub(self.hits);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::Unit;
+    use sluice_core::bucket::Rate;
+
+    use super::short_at;
+
+    /// 100 a second: a token every 10 ms.
+    fn rate() -> Rate {
+        Rate {
+            burst: 10,
+            ..Rate::per_unit(100, Unit::Second)
+        }
+    }
+
+    #[test]
+    fn a_store_that_could_pay_is_never_short() {
+        assert!(!short_at(&rate(), 1.0, 0, 4_000, 1, 0));
+        assert!(!short_at(&rate(), 3.5, 0, 4_000, 3, 100_000));
+    }
+
+    #[test]
+    fn a_request_that_came_before_the_store_judged_a_short_call_is_short() {
+        // Sent at 0, answered by 4 ms, judged at 2 ms with 0.5 of a token left.
+        assert!(short_at(&rate(), 0.5, 0, 4_000, 1, 1_000));
+        assert!(short_at(&rate(), 0.5, 0, 4_000, 1, 2_000));
+    }
+
+    #[test]
+    fn a_request_that_came_once_its_tokens_had_refilled_is_not_short() {
+        // Half a token short at 2 ms: the token is there at 7 ms, not at 6.
+        assert!(short_at(&rate(), 0.5, 0, 4_000, 1, 6_000));
+        assert!(!short_at(&rate(), 0.5, 0, 4_000, 1, 7_000));
+        // Two tokens short of 3: there at 22 ms.
+        assert!(short_at(&rate(), 1.0, 0, 4_000, 3, 21_000));
+        assert!(!short_at(&rate(), 1.0, 0, 4_000, 3, 22_000));
+    }
+
+    #[test]
+    fn a_request_the_bucket_can_never_pay_is_short() {
+        assert!(short_at(&rate(), 0.0, 0, 4_000, 11, u64::MAX));
+    }
+}
