@@ -19,7 +19,7 @@
 //! - `lease`: every store call: single-flight leases (`lease/waiting.rs`: what a request waiting
 //!   for its key's call adds to it or is spared), background refills and returns (owned by a
 //!   task tracker), over the lease policy, a synchronous step with no store I/O (`lease/policy.rs`:
-//!   what a call asks for; `lease/grant.rs`: what its answer does to the key), and the
+//!   what a call asks for, sized in `lease/policy/size.rs`; `lease/grant.rs`: what its answer does to the key), and the
 //!   reservations leases of rate ask for
 //!   (`lease/rates.rs`; only with `engine.rate_lease_ttl` set, `EngineSettings::rate_lease_ttl`).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.

@@ -2,9 +2,9 @@
 //! pattern, limit, burst, store round trip and jitter, seed, all drawn at random, each run against
 //! an exact limiter on the same arrivals.
 //!
-//! - Never over `B + L·t`, at any moment, whatever the fleet and its load (CI runs 16 fleets
-//!   drawn anew each run; `PROPTEST_CASES=1500 cargo test --release -p sluice-fleetsim --test
-//!   properties never_over` passed). A CI run found a hot sidecar whose queued requests each
+//! - Never over `B + L·t`, at any moment, whatever the fleet and its load: CI runs 16 fleets
+//!   from a fixed seed; `never_over_the_bound_search` draws anew each run
+//!   (`loadtest/properties.sh`; `PROPTEST_CASES=1500` passed). A CI run, when it drew anew, found a hot sidecar whose queued requests each
 //!   called the store in turn until the queue was as long as the store's timeout, and the
 //!   fallback, deciding the rest while the store was up, admitted beyond the bound: a case
 //!   below (`a_starved_hot_key_makes_no_convoy_of_store_calls`).
@@ -24,6 +24,12 @@
 //!   bucket that refills a token every 7.75 ms, and the exact limiter here at the request's own
 //!   time. A call that arrives late finds a token the exact limiter had not yet refilled, and
 //!   the next request, whose call is quicker, finds none: a swap, as any remote limiter makes.
+//!   A 3 000-fleet run then found 19 sidecars in step at 78% of 184/s on a burst of 21 (3 of
+//!   1 007): leases of 1.5 requests a horizon, rounded to 2, took the top half of the burst
+//!   before the step's last callers came, as rounding up had. With `n ≤ B < 2n` a lease now
+//!   asks beyond what its request lacks only for its demand's share of `B − n`
+//!   (`Policy::extra_cap`); a case below. The same search found 3 sidecars, one hot, at 56%
+//!   of 97/s on a burst of 3 (1 of 178; not traced).
 //! - Leases of rate, the same, `#[ignore]`d: they fail in step before their reservations start
 //!   (24 sidecars, burst 24: 16 of 576), and one sidecar on a limit of 4/s, burst 2 (1 of 14).
 //!
@@ -136,14 +142,23 @@ fn either_lease() -> impl Strategy<Value = Leases> {
     prop_oneof![Just(Leases::Tokens), Just(Leases::Rates)]
 }
 
+/// Never over `B + L·t`, and never more admitted than asked.
+fn within_the_bound(case: &Case) -> Result<(), TestCaseError> {
+    let o = run(case);
+    prop_assert!(o.over <= 0.0, "{:.2} over B + L·t: {o:?}", o.over);
+    prop_assert!(o.admitted <= o.requests);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
+    /// The bound on fleets drawn with a new seed each run: a search (`loadtest/properties.sh`;
+    /// CI draws the property below from a fixed seed, so a run is the same every time).
     #[test]
-    fn never_over_the_bound(case in case(0.05..6.0, either_lease())) {
-        let o = run(&case);
-        prop_assert!(o.over <= 0.0, "{:.2} over B + L·t: {o:?}", o.over);
-        prop_assert!(o.admitted <= o.requests);
+    #[ignore = "a search with a new seed each run (loadtest/properties.sh)"]
+    fn never_over_the_bound_search(case in case(0.05..6.0, either_lease())) {
+        within_the_bound(&case)?;
     }
 
     /// The same as the CI property below, with a new seed each run: a search (token leases
@@ -173,6 +188,12 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    /// Never over `B + L·t`, on 16 fleets drawn from a fixed seed, both lease kinds.
+    #[test]
+    fn never_over_the_bound(case in case(0.05..6.0, either_lease())) {
+        within_the_bound(&case)?;
+    }
+
     /// Token leases well under the limit while the burst covers the fleet (`B ≥ n`): no false
     /// denial, on 16 fleets drawn from a fixed seed.
     #[test]
@@ -187,7 +208,9 @@ proptest! {
 /// ahead that found the store empty read as starvation (the sidecar then denied for a lease
 /// horizon without asking); every sidecar asking at once for a lease of 7 from a burst of 128;
 /// 34 sidecars in step on a burst of 34 whose demand read just over a request a horizon, and
-/// whose leases of 2 (rounded up) left the step's last callers nothing (now rounded).
+/// whose leases of 2 (rounded up) left the step's last callers nothing (now rounded); 19 in step
+/// on a burst of 21 whose demand read 1.5 requests a horizon, with the same effect (a fleet
+/// under twice the fleet now shares its slack `B − n` by demand).
 #[test]
 fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
     for case in [
@@ -199,6 +222,17 @@ fn the_fleets_the_property_found_are_never_denied_under_the_limit() {
             Arrivals::Step,
             229,
             34,
+            7,
+            100,
+            0,
+            0,
+        ),
+        fleet(
+            19,
+            0.775_352_228_115_146,
+            Arrivals::Step,
+            184,
+            21,
             7,
             100,
             0,

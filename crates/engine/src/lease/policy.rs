@@ -102,6 +102,9 @@ impl Policy<'_> {
         }
         let mut want = self.lease_size(mode, rate.burst, missing, demand);
         let share = self.fleet_share(rate.burst, missing);
+        if !denying {
+            want = want.min(missing.saturating_add(self.extra_cap(rate, missing, demand)));
+        }
         // What the lease keeps if the store shows the key is not far from its limit after all,
         // and all it may take from below half the burst: this instance's share of it while it
         // admits everything ([`fleet_share`](Self::fleet_share)). Once it has been denying, the
@@ -269,56 +272,6 @@ impl Policy<'_> {
             .min(sluice_core::reserve::MAX_TTL_MICROS)
     }
 
-    /// How many tokens to ask for: about `lease_horizon` of demand (rounded to the nearest
-    /// token), at least `missing`, at most `max_lease_fraction` of the burst (unless `missing`
-    /// itself is more). Exact mode asks for exactly what is missing (its own request's and those
-    /// waiting behind it).
-    ///
-    /// Rounded, not up: a sidecar whose demand reads just over a request a horizon (1.001 for
-    /// requests in step 199.8 ms apart) asked for 2, and when the burst is between one and two
-    /// tokens per sidecar the first callers of a step took the tokens the last ones needed (34
-    /// sidecars in step on a burst of 34: 8 of 1 190 denied). Token leases then failed the fleet
-    /// property test (no false denial while `B ≥ n`) within 4 000 fleets every run; rounded,
-    /// they passed 12 000 (simulated). The price: a slice of 1–1.5 requests a horizon asks a
-    /// little more often (RESULTS.md).
-    fn lease_size(&self, mode: Mode, burst: u64, missing: u64, demand_per_sec: f64) -> u64 {
-        if mode == Mode::Exact {
-            return missing;
-        }
-        let horizon = (demand_per_sec * self.settings.lease_horizon.as_secs_f64()).round() as u64;
-        horizon.clamp(missing, self.lease_cap(burst, missing))
-    }
-
-    /// This instance's share of half the burst among the live instances, at least `missing`:
-    /// what a lease may take from below half the burst ([`LeaseAsk::least`]), and a cold
-    /// lease's size. Every instance's leases then hold at most half the burst's bottom half, so
-    /// when the whole fleet asks at once (requests in step) each instance gets its request's
-    /// token while the burst covers the fleet. Without it, 32 sidecars at 30% of a limit of 124
-    /// with a burst of 128, each asking for a lease of 7 in the same millisecond, left 14 with
-    /// nothing: 18 false denials of 128 (the fleet simulator's property test,
-    /// `crates/fleetsim/tests/properties.rs`). A cold lease used to be at least
-    /// `max_lease_fraction` of the burst too: at 1 000 sidecars on a burst of 100 a few cold
-    /// leases of 5 held the top half of the burst for 30 s, and the simulator saw 12% of
-    /// requests at 80% of the limit denied (0 with the share alone).
-    fn fleet_share(&self, burst: u64, missing: u64) -> u64 {
-        let share = burst / self.live.saturating_mul(2).max(1);
-        share.max(missing)
-    }
-
-    /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.
-    fn lease_cap(&self, burst: u64, missing: u64) -> u64 {
-        ((burst as f64 * self.settings.max_lease_fraction).ceil() as u64).max(missing)
-    }
-
-    /// The most a demand-sized ask takes: what `rate` refills in a lease horizon or a turn
-    /// gap, whichever is longer, or `max_lease_fraction` of the burst, where more; at most the
-    /// burst.
-    fn turn_ask_cap(&self, rate: &Rate, turn_gap: u64) -> u64 {
-        let span = micros(self.settings.lease_horizon).max(turn_gap);
-        let refilled = rate.refill(0.0, span).ceil() as u64;
-        refilled.max(self.lease_cap(rate.burst, 0)).min(rate.burst)
-    }
-
     /// The gap between turns of a starved key's callers (µs; 0: no turns): a strict token
     /// bucket on a remote store. The in-process store is asked again as soon as a token is due
     /// (its calls cost nothing); windows keep their own retry (what a window leaves unused is
@@ -393,5 +346,6 @@ pub(super) fn no_later_than_full(rate: &Rate, tokens: f64, wait: u64) -> u64 {
     }
 }
 
+mod size;
 #[cfg(test)]
 mod tests;

@@ -238,6 +238,35 @@ fn a_request_joins_the_queue_short_of_its_lease_not_of_a_cold_extra() {
     assert_eq!(state.retry_at(), NOW + 300_000, "then waits for its turn");
 }
 
+/// A burst that covers a step of the fleet but not twice (`n ≤ B < 2n`): a lease asks beyond
+/// what its request lacks only for its demand's share of the slack `B − n`, so a fleet of equal
+/// slices asks for no extra and a hot pod keeps some; outside that range, a horizon of demand.
+#[test]
+fn a_burst_under_twice_the_fleet_shares_its_slack_by_demand() {
+    let settings = EngineSettings::default();
+    let r = rate(184, 21);
+    // (live, demand a second, want, least); 7.5 a second is 1.5 a horizon, rounded to 2.
+    for (live, demand, want, least) in [
+        (19, 7.5, 1, 1),
+        (11, 7.5, 1, 1),
+        (19, 150.0, 2, 1),
+        (10, 7.5, 2, 1),
+        (22, 7.5, 2, 1),
+        (1, 7.5, 2, 2),
+    ] {
+        let p = policy(&settings, live);
+        let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+        state.read_global(5.0, NOW); // not a cold key
+        state.demand_per_sec = demand;
+        let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+        assert_eq!(
+            (a.want, a.least),
+            (want, least),
+            "{live} at {demand}/s: {a:?}"
+        );
+    }
+}
+
 /// A burst that refills faster than a lease horizon: the turns come no further apart than the
 /// bucket takes to fill, and a short grant waits no longer than that either. Waiting a horizon
 /// (200 ms) on a burst of 1 at 324 a second let 64 tokens' worth of refill overflow.
