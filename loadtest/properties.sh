@@ -39,7 +39,7 @@ search() {
     local found
     found=$(grep -m1 -E 'Test failed|panicked' "$log" | cut -c1-300)
     local input
-    input=$(sed -n '/minimal failing input/,/^}/p' "$log" | tr -s ' \n' ' ' | cut -c1-600)
+    input=$(sed -n '/minimal failing input/,/successes:/p' "$log" | grep -v 'successes:' | tr -s ' \t\n' ' ' | cut -c1-600)
     rows+=("| \`$name\` | $cases | **failed**: ${found//|/\\|} ${input//|/\\|} | $((SECONDS - began)) s |")
   fi
   rm -f "$log"

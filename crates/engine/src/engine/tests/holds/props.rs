@@ -121,6 +121,10 @@ async fn two_sidecars(ops: Vec<Op>) -> Result<(), proptest::test_runner::TestCas
             e.sweep().await;
         }
     }
+    // And a second, what the rule's 5 a second takes to refill its burst after the last
+    // sweep's returns: a return from an override of 1 a minute at that sweep left 1 token, and
+    // the second acquire was refused by the rate, not the slots (a search found it).
+    clock.advance_millis(1_000);
     for &(key, n, own) in &KEYS {
         let expected = if own { 2 * n } else { n };
         for value in ["0", "1"] {
@@ -149,13 +153,11 @@ fn never_more_than_n_in_flight_and_no_slot_lost() {
     never_more_than_n_in_flight(proptest::test_runner::RngSeed::Fixed(0x401d5));
 }
 
-/// The property above with a new seed each run: a search. It found (2026-11-29) a case where,
-/// after every hold was given back, one of `job`'s 2 slots did not fit: overrides of `job`'s
-/// rate (2 an hour, 941 a second, 2^32 − 1 a minute) on its rate limit, the shape of the case
-/// `slow_overrides_of_the_rate_beside_a_concurrency_limit_lose_no_slot` below (not fixed yet;
-/// its shrunk input is in issue 42's notes).
+/// The property above with a new seed each run: a search (`loadtest/properties.sh`). Its
+/// failures so far were the rule's rate refusing the final check's acquires after a slow
+/// override's lease came back, not a slot lost (`a_slow_override_returned_at_the_last_sweep_…`).
 #[test]
-#[ignore = "a search with a new seed each run; it has found a known failure (see its doc)"]
+#[ignore = "a search with a new seed each run (loadtest/properties.sh)"]
 fn never_more_than_n_in_flight_and_no_slot_lost_search() {
     never_more_than_n_in_flight(proptest::test_runner::RngSeed::Random);
 }
@@ -198,6 +200,24 @@ fn never_more_than_n_in_flight(seed: proptest::test_runner::RngSeed) {
     proptest!(config, |(ops in proptest::collection::vec(op, 1..80))| {
         runtime.block_on(two_sidecars(ops))?;
     });
+}
+
+/// A case the search found (2026-11-29): a release and an acquire of `job` with an override of
+/// 1 a minute; the last sweep's return credited the time before it at that rate, and right
+/// after it the rule's 5 a second held 1 token (now the check waits a second more).
+#[tokio::test]
+async fn a_slow_override_returned_at_the_last_sweep_loses_no_slot() {
+    use sluice_core::Unit::{Hour, Minute};
+    let ops = vec![
+        Op::Acquire(0, 2, 1, None),
+        Op::Acquire(0, 2, 1, None),
+        Op::Acquire(0, 2, 1, Some((2, Hour))),
+        Op::Acquire(0, 0, 0, None),
+        Op::Release(629_044_643_822_573_391, None),
+        Op::Acquire(0, 0, 0, None),
+        Op::Acquire(0, 2, 1, Some((1, Minute))),
+    ];
+    two_sidecars(ops).await.expect("holds");
 }
 
 /// A case the property test found: overrides of `job`'s rate (3/hour, 244/hour, 3/day) left
