@@ -17,9 +17,11 @@ use crate::plan::Charge;
 /// jitter, and 5 055 of 8 824 decisions waited out the store's timeout, the calls it cut off
 /// lost their tokens, and the fallback admitted beyond `B + L·t` (16 over; the fleet
 /// simulator's property test). A waiter that came after the store's tokens were there still
-/// calls: denied too, one sidecar on a burst of 1 at 80% of 324 a second was denied 0.59% of
-/// the requests an exact limiter admits instead of 0.25% (simulated). A concurrency limit's
-/// slots come back at no time a rate can tell: its waiters call as before.
+/// calls. The price: a waiter is judged on the call before it, a store's round trip behind
+/// an exact limiter, not on a call of its own another round trip later, and one sidecar on a
+/// burst of 1 at 80% of 324 a second is denied 0.59% of the requests an exact limiter admits,
+/// not 0.25% (simulated). A concurrency limit's slots come back at no time a rate can tell:
+/// its waiters call as before.
 pub(super) fn waited_for_a_short_answer(
     bucket: &LeaseBucket,
     charge: &Charge<'_>,

@@ -1,7 +1,7 @@
 //! How many tokens a lease asks for ([`Policy::next`]): about a lease horizon of demand, within
 //! the caps that keep a fleet's leases from holding what other sidecars' requests need.
 
-use sluice_core::bucket::Rate;
+use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::Mode;
 
 use super::Policy;
@@ -60,10 +60,11 @@ impl Policy<'_> {
     /// step while it is under its limit. A hot pod keeps most of its lease; a fleet of equal
     /// slices gets none and calls for each request, as it nearly did (1 012 calls for 1 007
     /// requests). Otherwise unbounded here: with `B ≥ 2n` the bottom half covers a step, and
-    /// with `B < n` an exact limiter denies part of a step too.
+    /// with `B < n` an exact limiter denies part of a step too; and for a concurrency limit,
+    /// whose slots are no rate to share (its leases' own rules apply).
     pub(super) fn extra_cap(&self, rate: &Rate, missing: u64, demand_per_sec: f64) -> u64 {
         let step = self.live.saturating_mul(missing.max(1));
-        if rate.burst < step || rate.burst / 2 >= step {
+        if rate.burst < step || rate.burst / 2 >= step || rate.algorithm == Algorithm::Concurrency {
             return u64::MAX;
         }
         let limit_per_sec = rate.requests_per_unit as f64 * 1e6 / rate.period_micros() as f64;
