@@ -95,6 +95,11 @@ impl Rate {
             })
     }
 
+    /// `L` as tokens a second (0 for a zero rate).
+    pub fn per_second(&self) -> f64 {
+        self.requests_per_unit as f64 * 1e6 / self.period_micros() as f64
+    }
+
     /// The period in whole seconds.
     pub const fn period_secs(&self) -> u64 {
         self.period_micros() / 1_000_000

@@ -87,8 +87,7 @@ impl Policy<'_> {
                 missing,
                 denying,
                 gap: turn_gap,
-                under_limit: demand * rate.period_micros() as f64 / 1e6
-                    < UNDER_LIMIT * rate.requests_per_unit as f64,
+                under_limit: demand < UNDER_LIMIT * rate.per_second(),
             });
         }
         // A lease of rate fills the stock with the key's mean demand: the store is asked only

@@ -122,8 +122,7 @@ impl Share {
     }
 
     pub(super) fn rate_per_sec(&self) -> f64 {
-        let r = &self.funds.payee.rate;
-        r.requests_per_unit as f64 * 1e6 / r.period_micros() as f64
+        self.funds.payee.rate.per_second()
     }
 
     /// The fill interval for this rule: whole seconds, long enough that a share has `STEPS`

@@ -67,7 +67,7 @@ impl Policy<'_> {
         if rate.burst < step || rate.burst / 2 >= step || rate.algorithm == Algorithm::Concurrency {
             return u64::MAX;
         }
-        let limit_per_sec = rate.requests_per_unit as f64 * 1e6 / rate.period_micros() as f64;
+        let limit_per_sec = rate.per_second();
         if limit_per_sec <= 0.0 {
             return 0;
         }
