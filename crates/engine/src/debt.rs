@@ -16,6 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use sluice_core::Clock;
 use sluice_core::config::Mode;
 
 use crate::bucket::LeaseBucket;
@@ -36,19 +37,24 @@ struct Queued {
 /// The queue of buckets with post-paid usage waiting to be sent with more, and when usage is due.
 /// Lock order: a bucket's mutex, then the queue's (never the reverse: the flush takes the whole
 /// queue before it locks any bucket).
-#[derive(Debug)]
 pub(crate) struct Debts {
     queue: Mutex<Vec<Queued>>,
     /// A batch: usage of at least this fraction of the burst goes at once.
     batch_fraction: f64,
     /// Usage this old (µs) goes at once.
     horizon: u64,
+    /// When each charge is sent: its answer is the store as of then. A flush after a decision
+    /// that waited on the store is later than the request's time, and a reading stamped with
+    /// the request's time had the wait's refill counted again on top of the answer (the
+    /// `remaining` of the next check overstated what the key held).
+    clock: Arc<dyn Clock>,
 }
 
 impl Debts {
     /// An empty queue, batching as leases are sized.
-    pub(crate) fn new(settings: &EngineSettings) -> Self {
+    pub(crate) fn new(settings: &EngineSettings, clock: Arc<dyn Clock>) -> Self {
         Self {
+            clock,
             queue: Mutex::default(),
             batch_fraction: settings.max_lease_fraction,
             horizon: u64::try_from(settings.lease_horizon.as_micros()).unwrap_or(u64::MAX),
@@ -161,6 +167,7 @@ impl Debts {
         now: u64,
         deadline: Option<tokio::time::Instant>,
     ) {
+        let sent = self.clock.now_micros().max(now);
         let started = Instant::now();
         let result = until(
             deadline,
@@ -172,7 +179,10 @@ impl Debts {
         let mut state = q.bucket.lock();
         match result {
             Ok(grant) => {
-                state.read_global(grant.remaining, now);
+                // Unless a lease call sent later already answered (a fresher reading).
+                if sent >= state.global_read_at {
+                    state.read_global(grant.remaining, sent);
+                }
                 metrics.usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
             }
             // Not charged (refused, or answered with an error): kept, and queued for the flush.

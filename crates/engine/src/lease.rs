@@ -79,7 +79,7 @@ impl Leaser {
         clock: Arc<dyn sluice_core::Clock>,
     ) -> Self {
         Self {
-            debts: Debts::new(&settings),
+            debts: Debts::new(&settings, Arc::clone(&clock)),
             clock,
             holder: rates::next_holder(),
             store,

@@ -280,3 +280,43 @@ domains:
         "request 4 of 3"
     );
 }
+
+/// A report sent after its decision waited on the store is read at the time it was sent: read
+/// at the request's time instead, the store's answer had the refill of the wait counted on top
+/// of it, and the next check's `remaining` overstated what the key holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_sent_after_a_slow_lease_is_read_when_it_was_sent() {
+    let clock = ManualClock::at(1);
+    let store = Forwarding::up(&clock);
+    store.delay(Call::Lease, Duration::from_millis(100));
+    let e = Arc::new(engine_on(store.clone(), &clock, EngineSettings::default()));
+    // One request: a prepaid limit on a new key (a lease call) and a report (a batch: sent
+    // after the decision).
+    let request = [with_hits("new", "n", 1), with_hits("tokens", "t", 6)];
+    let report = {
+        let e = Arc::clone(&e);
+        tokio::spawn(async move { ask(&e, &request).await })
+    };
+    // 150 ms (1.5 tokens of the key's refill) pass while the lease is on its way.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    clock.advance_millis(150);
+    assert_eq!(report.await.expect("task").overall, Code::Ok);
+    assert_eq!(charge_calls(&e), 1, "the report went to the store");
+    let check = ask(&e, &[with_hits("tokens", "t", 0)]).await.outcomes[0];
+    let tokens = Rate::per_unit(10, sluice_core::Unit::Second);
+    let mut held = Vec::new();
+    e.table.for_each(|k, b| {
+        if b.rate == tokens {
+            held.push((key::store_key_of(b.identity, k), b.lock().lease));
+        }
+    });
+    let [(ref store_key, lease)] = held[..] else {
+        panic!("one key of 10 a second: {held:?}")
+    };
+    let global = e.leaser.store.peek(store_key, tokens).await.expect("peek");
+    assert_eq!(
+        check.remaining as f64,
+        (lease as f64 + global).floor(),
+        "what this instance holds and the store has: {lease} + {global}"
+    );
+}
