@@ -235,7 +235,8 @@ impl Leaser {
             state.global_known
                 && now.saturating_sub(state.global_read_at) < micros(self.settings.lease_horizon)
         } else {
-            state.lease >= hits || (mode == Mode::Strict && now < state.retry_at())
+            let waits = now < state.retry_at() && !state.early_call_due(now);
+            state.lease >= hits || (mode == Mode::Strict && waits)
         }
     }
 
@@ -255,6 +256,13 @@ impl Leaser {
             Next::Ask(ask) => {
                 self.lease(&policy, bucket, charge.store_key(), ask, charge.hits, now)
                     .await
+            }
+            Next::Early(ask) => {
+                let failed = self
+                    .lease(&policy, bucket, charge.store_key(), ask, charge.hits, now)
+                    .await;
+                Policy::after_early(&mut bucket.lock());
+                failed
             }
         }
     }

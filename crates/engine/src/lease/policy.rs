@@ -29,6 +29,8 @@ pub(crate) struct Policy<'a> {
 pub(super) enum Next {
     /// At its turn in a starved key's queue, or after it had to deny: sized by demand.
     ByDemand(Turn),
+    /// Once before its turn ([`LeaseState::early_call_due`]).
+    Early(LeaseAsk),
     /// Any other lease.
     Ask(LeaseAsk),
 }
@@ -47,6 +49,12 @@ pub(super) struct Turn {
     /// first of a queue that has run out, comes when the bucket holds what its next request
     /// lacks, not all it asks for ([`LeaseAsk::next_needs`]).
     pub(super) under_limit: bool,
+    /// The most it may ask beyond `missing` ([`Policy::extra_cap`] while its own demand is
+    /// under the limit; unbounded over it, where the turn's size is what spaces a starved
+    /// fleet's calls). A hot pod on a burst of 3 across 3 sidecars, after one denial, asked
+    /// for the 2 requests it saw, and the token beyond its request sat in its lease while
+    /// another sidecar's request found the store empty (the fleet property test).
+    pub(super) extra: u64,
 }
 
 /// The fraction of a key's limit below which a sidecar's measured demand counts as under it
@@ -81,13 +89,25 @@ impl Policy<'_> {
         let cold = state.far_from_limit(rate, now);
         let denying = state.denied_since_lease > 0;
         let turn_gap = self.turn_gap(mode, rate);
+        if state.early_call_due(now) {
+            // Once before its turn, for what the request lacks: not into the queue again, and
+            // a short answer leaves its turn as it was (`starved_below` 0: no new wait).
+            state.rare_mut().early_at = 0;
+            return Next::Early(LeaseAsk::exactly(missing));
+        }
         if (state.queued || denying) && turn_gap > 0 {
+            let under_limit = demand < UNDER_LIMIT * rate.per_second();
             return Next::ByDemand(Turn {
                 seen,
                 missing,
                 denying,
                 gap: turn_gap,
-                under_limit: demand < UNDER_LIMIT * rate.per_second(),
+                under_limit,
+                extra: if under_limit {
+                    self.extra_cap(rate, missing, demand)
+                } else {
+                    u64::MAX
+                },
             });
         }
         // A lease of rate fills the stock with the key's mean demand: the store is asked only
@@ -159,7 +179,10 @@ impl Policy<'_> {
     /// sidecar that asks, not to the first). Below its limit, a sidecar's first turn comes
     /// when its next request can be paid ([`Turn::under_limit`]).
     pub(super) fn by_demand(&self, rate: &Rate, turn: &Turn) -> LeaseAsk {
-        let most = self.turn_ask_cap(rate, turn.gap).max(turn.missing);
+        let most = self
+            .turn_ask_cap(rate, turn.gap)
+            .min(turn.missing.saturating_add(turn.extra))
+            .max(turn.missing);
         let want = turn.seen.clamp(turn.missing, most);
         LeaseAsk {
             want,
@@ -174,6 +197,13 @@ impl Policy<'_> {
                 u64::MAX
             },
         }
+    }
+
+    /// A call before its turn ([`Next::Early`]) ended: the turn is still this sidecar's, and
+    /// it asks at it by demand, as it would have without the call (whose answer took it out
+    /// of the queue): the early call is an extra, not a new place in the fleet's order.
+    pub(super) fn after_early(state: &mut LeaseState) {
+        state.queued = true;
     }
 
     /// A demand-sized lease call for `turn` ended (`got_all`: it succeeded and left the key out

@@ -99,6 +99,9 @@ pub struct Rare {
     /// Only keys that came up short set it (they are denied, so they box `Rare` anyway for
     /// their `last_denial`): in the state of every key it cost 8 bytes more per key.
     pub retry_at: u64,
+    /// A caller whose turn is one behind the head of a starved key's queue asks once from this
+    /// time on, before its turn (0: no such call; [`LeaseState::early_call_due`]).
+    pub early_at: u64,
     /// Exact mode: hits of the requests waiting for another request's store call on this key.
     /// The call in flight's successor asks for them all at once, so concurrent requests of one
     /// key share a round trip instead of queueing for one each.
@@ -122,6 +125,7 @@ const NO_RARE: Rare = Rare {
     returning: 0,
     exact_waiting: 0,
     retry_at: 0,
+    early_at: 0,
     rate_lease: None,
 };
 
@@ -149,6 +153,21 @@ impl LeaseState {
     pub fn set_retry_at(&mut self, at: u64) {
         if at != self.retry_at() {
             self.rare_mut().retry_at = at;
+        }
+    }
+
+    /// Whether a caller waiting for its turn may ask before it, now (once, from
+    /// [`Rare::early_at`]): the turn ahead of it may go unused (`lease/grant.rs`).
+    pub fn early_call_due(&self, now: u64) -> bool {
+        let rare = self.rare();
+        rare.early_at != 0 && rare.early_at <= now && now < rare.retry_at
+    }
+
+    /// Sets [`Rare::early_at`] (`None`: none), boxing the rare part only for a time.
+    pub fn set_early_at(&mut self, at: Option<u64>) {
+        let at = at.unwrap_or(0);
+        if at != self.rare().early_at {
+            self.rare_mut().early_at = at;
         }
     }
 

@@ -33,6 +33,7 @@ fn ask(next: Next) -> LeaseAsk {
     match next {
         Next::Ask(ask) => ask,
         Next::ByDemand(_) => panic!("a key that never denied asks by demand"),
+        Next::Early(_) => panic!("a key with no turn asks before none"),
     }
 }
 
@@ -109,18 +110,21 @@ proptest! {
         seen in 0u64..100_000,
         missing in 1u64..20_000,
         under_limit: bool,
+        extra in prop_oneof![Just(u64::MAX), 0u64..100],
     ) {
         let settings = EngineSettings::default();
         let p = policy(&settings, 32);
         let r = rate(limit, burst);
         let gap = p.turn_gap(Mode::Strict, &r);
-        let turn = Turn { seen, missing, denying: true, gap, under_limit };
+        let turn = Turn { seen, missing, denying: true, gap, under_limit, extra };
         let a = p.by_demand(&r, &turn);
         prop_assert!(a.want >= missing);
         prop_assert!(a.want <= burst.max(missing));
-        // What it saw, up to `max_lease_fraction` of the burst at least.
+        prop_assert!(a.want <= missing.saturating_add(extra), "{a:?}");
+        // What it saw, up to `max_lease_fraction` of the burst at least (and its extra).
         let fraction = (burst as f64 * settings.max_lease_fraction).ceil() as u64;
-        prop_assert!(a.want >= seen.min(fraction), "{a:?}");
+        let most = fraction.min(missing.saturating_add(extra));
+        prop_assert!(a.want >= seen.min(most), "{a:?}");
         prop_assert_eq!((a.least, a.starved_below), (a.want, a.want));
         prop_assert_eq!(a.lacking(0), if under_limit { missing } else { a.want });
     }
@@ -342,6 +346,7 @@ fn a_turn_spans_the_refill_of_what_it_asks_for() {
         denying: true,
         gap,
         under_limit: false,
+        extra: u64::MAX,
     };
     assert_eq!(
         p.by_demand(&r, &turn).turn_gap,
