@@ -225,7 +225,9 @@ impl Leaser {
     }
 
     /// Whether no store call is needed: the lease covers `hits`, a starved key waits for
-    /// refill, or a peek already knows the global level.
+    /// refill or its turn (but for one call before the turn,
+    /// [`LeaseState::early_call_due`](crate::ledger::LeaseState::early_call_due)),
+    /// or a peek already knows the global level.
     fn covered(&self, bucket: &LeaseBucket, mode: Mode, hits: u64, now: u64) -> bool {
         let mut state = bucket.lock();
         state.expire(now);

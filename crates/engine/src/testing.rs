@@ -46,7 +46,7 @@ pub(crate) struct Tally {
     /// Tokens granted by the calls that answered (leases and charges).
     pub(crate) granted: u128,
     /// Calls answering now.
-    in_flight: usize,
+    pub(crate) in_flight: usize,
     /// The most calls that were answering at once.
     pub(crate) most_in_flight: usize,
 }

@@ -269,29 +269,6 @@ fn a_starved_caller_with_a_turn_asks_when_its_tokens_are_there() {
     assert_eq!(o.false_denials, 0, "{o:?}");
 }
 
-/// Three sidecars, one hot, at 56% of 97 a second on a burst of 3 (found by the property above):
-/// a light sidecar given a turn had no request until long after it, and the hot sidecar's turn,
-/// one behind the unused one, came a whole gap after the tokens were there: 3 of 612 denied
-/// that an exact limiter admits. A caller one turn behind now asks once when its tokens would
-/// be there, before its turn, and a hot pod's turn asks for no more of a narrow burst's slack
-/// than its demand's share.
-#[test]
-fn a_turn_left_unused_holds_back_no_one_behind_it() {
-    let o = run(&fleet(
-        3,
-        0.56,
-        Arrivals::Hot,
-        97,
-        3,
-        11,
-        100,
-        0,
-        440_472_774_958_604_926,
-    ));
-    assert!(o.exact_admitted > 500, "{o:?}");
-    assert_eq!(o.false_denials, 0, "{o:?}");
-}
-
 /// A sidecar alone at 61% of 22 a second on a burst of 3, Poisson (found by the property
 /// above): a clump of 3 requests put it in the key's queue, and its turn (the queue's first)
 /// waited for the 3 tokens of the demand it had seen; a request 54 ms later, with 1.4 tokens in

@@ -62,7 +62,9 @@ impl Policy<'_> {
         if grant.turn_in.is_some() || grant.granted < ask.starved_below {
             let (retry_at, until) = self.retry_at(state, rate, ask, grant, needed, now);
             state.set_retry_at(retry_at);
-            let early = grant.turn_in.filter(|_| admitting);
+            // Slots come back when requests end, at no time a refill can tell: no early call.
+            let slots = rate.algorithm == Algorithm::Concurrency;
+            let early = grant.turn_in.filter(|_| admitting && !slots);
             state.set_early_at(early.and_then(|turn| early_call_at(ask, turn, until, now)));
         }
         lost_grant
@@ -73,10 +75,11 @@ impl Policy<'_> {
     /// short of `least`, the lease the key would have had without a cold lease; a cold lease
     /// coming up short is no sign of contention): it spends what came, then denies locally
     /// while tokens refill in the global bucket (up to the burst, so nothing is lost) instead
-    /// of asking on every request. A remote store is asked again after one lease horizon, or later if the
-    /// tokens this request needs take longer to refill; the in-process store as soon as they
-    /// are due. Never later than `lease_ttl`, so a reset, a returned lease or a rate that never
-    /// refills is seen again soon, and a key can always lease again (no lockout).
+    /// of asking on every request. A remote store is asked again after one lease horizon, or
+    /// later if the tokens this request needs take longer to refill; the in-process store as
+    /// soon as they are due. Never later than `lease_ttl`, so a reset, a returned lease or a
+    /// rate that never refills is seen again soon, and a key can always lease again (no
+    /// lockout).
     ///
     /// A sliding window is the exception: nothing accumulates for later (what a window leaves
     /// unused is gone when it ends) while the previous window's hits fade out continuously, so
@@ -151,15 +154,17 @@ impl Policy<'_> {
 /// When a caller given a turn `turn` µs away asks once before it
 /// ([`Early`](super::policy::Next::Early)), if it may: when the tokens it lacks are due
 /// (`until` µs away, were nobody ahead of it), if it is at most one turn behind the head of the
-/// queue (the first of a queue comes when the tokens it lacks are there, each next one
-/// `ask.turn_gap` later). A turn ahead can go unused, a sidecar given one with no request
-/// since, and the tokens then sat in the store while this one denied requests an exact limiter
-/// admits: a hot pod on a burst of 3 across 3 sidecars at 56% of the limit, 3 of 612 (the
-/// fleet property test). Further back in a queue, the turns ahead are taken. Only for a caller
-/// that was neither queued nor denying before the call that gave it the turn (`admitting`, the
-/// caller's to say), a lull's first short answer: when any sidecar under the limit could make
-/// one, a starved pair's store calls doubled (10.5 → 20.3 a second at 4× a limit of 100,
-/// simulated), the early calls taking the tokens of the turn ahead.
+/// queue (the first of a queue comes when the tokens it lacks are there, at most a gap away,
+/// each next one `ask.turn_gap` later). A turn ahead can go unused, a sidecar given one with no
+/// request since, and the tokens then sat in the store while this one denied requests an exact
+/// limiter admits: a hot pod on a burst of 3 across 3 sidecars at 56% of the limit, 3 of 612
+/// (the fleet property test). Further back in a queue, the turns ahead are taken. Only for a
+/// caller that was neither queued nor denying before the call that gave it the turn
+/// (`admitting`, the caller's to say): when any sidecar under the limit could make one, a
+/// starved pair's store calls doubled (10.5 → 20.3 a second at 4× a limit of 100, simulated),
+/// the early calls taking the tokens of the turn ahead. A light sidecar in a lasting queue
+/// whose early call paid its request is not denying at its turn, so it can make one such call
+/// a turn: bounded by the turns, never one a request.
 fn early_call_at(ask: &LeaseAsk, turn: u64, until: u64, now: u64) -> Option<u64> {
     let behind = turn.checked_sub(until).filter(|&b| b > 0)?;
     (behind < ask.turn_gap.saturating_mul(2)).then(|| now.saturating_add(until.max(1)))

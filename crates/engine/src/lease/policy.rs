@@ -49,12 +49,6 @@ pub(super) struct Turn {
     /// first of a queue that has run out, comes when the bucket holds what its next request
     /// lacks, not all it asks for ([`LeaseAsk::next_needs`]).
     pub(super) under_limit: bool,
-    /// The most it may ask beyond `missing` ([`Policy::extra_cap`] while its own demand is
-    /// under the limit; unbounded over it, where the turn's size is what spaces a starved
-    /// fleet's calls). A hot pod on a burst of 3 across 3 sidecars, after one denial, asked
-    /// for the 2 requests it saw, and the token beyond its request sat in its lease while
-    /// another sidecar's request found the store empty (the fleet property test).
-    pub(super) extra: u64,
 }
 
 /// The fraction of a key's limit below which a sidecar's measured demand counts as under it
@@ -96,18 +90,12 @@ impl Policy<'_> {
             return Next::Early(LeaseAsk::exactly(missing));
         }
         if (state.queued || denying) && turn_gap > 0 {
-            let under_limit = demand < UNDER_LIMIT * rate.per_second();
             return Next::ByDemand(Turn {
                 seen,
                 missing,
                 denying,
                 gap: turn_gap,
-                under_limit,
-                extra: if under_limit {
-                    self.extra_cap(rate, missing, demand)
-                } else {
-                    u64::MAX
-                },
+                under_limit: demand < UNDER_LIMIT * rate.per_second(),
             });
         }
         // A lease of rate fills the stock with the key's mean demand: the store is asked only
@@ -179,10 +167,7 @@ impl Policy<'_> {
     /// sidecar that asks, not to the first). Below its limit, a sidecar's first turn comes
     /// when its next request can be paid ([`Turn::under_limit`]).
     pub(super) fn by_demand(&self, rate: &Rate, turn: &Turn) -> LeaseAsk {
-        let most = self
-            .turn_ask_cap(rate, turn.gap)
-            .min(turn.missing.saturating_add(turn.extra))
-            .max(turn.missing);
+        let most = self.turn_ask_cap(rate, turn.gap).max(turn.missing);
         let want = turn.seen.clamp(turn.missing, most);
         LeaseAsk {
             want,

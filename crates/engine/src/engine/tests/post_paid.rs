@@ -298,7 +298,17 @@ async fn a_report_sent_after_a_slow_lease_is_read_when_it_was_sent() {
         tokio::spawn(async move { ask(&e, &request).await })
     };
     // 150 ms (1.5 tokens of the key's refill) pass while the lease is on its way.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    for _ in 0..1_000 {
+        if store.tally(Call::Lease).in_flight == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        store.tally(Call::Lease).in_flight,
+        1,
+        "the lease is on its way"
+    );
     clock.advance_millis(150);
     assert_eq!(report.await.expect("task").overall, Code::Ok);
     assert_eq!(charge_calls(&e), 1, "the report went to the store");

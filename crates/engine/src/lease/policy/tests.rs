@@ -110,21 +110,18 @@ proptest! {
         seen in 0u64..100_000,
         missing in 1u64..20_000,
         under_limit: bool,
-        extra in prop_oneof![Just(u64::MAX), 0u64..100],
     ) {
         let settings = EngineSettings::default();
         let p = policy(&settings, 32);
         let r = rate(limit, burst);
         let gap = p.turn_gap(Mode::Strict, &r);
-        let turn = Turn { seen, missing, denying: true, gap, under_limit, extra };
+        let turn = Turn { seen, missing, denying: true, gap, under_limit };
         let a = p.by_demand(&r, &turn);
         prop_assert!(a.want >= missing);
         prop_assert!(a.want <= burst.max(missing));
-        prop_assert!(a.want <= missing.saturating_add(extra), "{a:?}");
-        // What it saw, up to `max_lease_fraction` of the burst at least (and its extra).
+        // What it saw, up to `max_lease_fraction` of the burst at least.
         let fraction = (burst as f64 * settings.max_lease_fraction).ceil() as u64;
-        let most = fraction.min(missing.saturating_add(extra));
-        prop_assert!(a.want >= seen.min(most), "{a:?}");
+        prop_assert!(a.want >= seen.min(fraction), "{a:?}");
         prop_assert_eq!((a.least, a.starved_below), (a.want, a.want));
         prop_assert_eq!(a.lacking(0), if under_limit { missing } else { a.want });
     }
@@ -346,7 +343,6 @@ fn a_turn_spans_the_refill_of_what_it_asks_for() {
         denying: true,
         gap,
         under_limit: false,
-        extra: u64::MAX,
     };
     assert_eq!(
         p.by_demand(&r, &turn).turn_gap,
