@@ -179,10 +179,7 @@ impl Debts {
         let mut state = q.bucket.lock();
         match result {
             Ok(grant) => {
-                // Unless a lease call sent later already answered (a fresher reading).
-                if sent >= state.global_read_at {
-                    state.read_global(grant.remaining, sent);
-                }
+                state.read_global(grant.remaining, sent);
                 metrics.usage(UsageOutcome::Clamped, pending.saturating_sub(grant.granted));
             }
             // Not charged (refused, or answered with an error): kept, and queued for the flush.

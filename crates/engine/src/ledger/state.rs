@@ -331,8 +331,12 @@ impl LeaseState {
         n - from_lease
     }
 
-    /// Records a reading of the global bucket taken at `now`.
+    /// Records a reading of the global bucket taken at `now`, unless a later one is held (calls
+    /// answered out of order keep what the store said last).
     pub fn read_global(&mut self, remaining: f64, now: u64) {
+        if self.global_known && now < self.global_read_at {
+            return;
+        }
         self.global_remaining = remaining;
         self.global_known = true;
         self.global_read_at = now;

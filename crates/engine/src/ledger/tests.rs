@@ -184,6 +184,19 @@ fn a_local_bucket_is_at_rest_only_when_full() {
     assert!(s.at_rest(Mode::Strict, &rate, 0), "leases go back");
 }
 
+/// Calls on a key answered out of order (a post-paid charge sent after a lease call and answered
+/// before it) leave the reading sent last: an older one never replaces it.
+#[test]
+fn an_older_reading_of_the_store_never_replaces_a_newer_one() {
+    let rate = terms(1, Mode::Strict, 10).rate;
+    let mut s = LeaseState::new(Mode::Strict, &rate, 0);
+    s.read_global(4.0, 2 * SEC);
+    s.read_global(9.0, SEC);
+    assert_eq!((s.global_remaining, s.global_read_at), (4.0, 2 * SEC));
+    s.read_global(3.0, 3 * SEC);
+    assert_eq!((s.global_remaining, s.global_read_at), (3.0, 3 * SEC));
+}
+
 proptest! {
     /// Over any buckets, states and hits: either every enforcing bucket is charged exactly its
     /// hits, or no state changes at all; shadow buckets never block.
