@@ -63,8 +63,7 @@ impl Policy<'_> {
             let (retry_at, until) = self.retry_at(state, rate, ask, grant, needed, now);
             state.set_retry_at(retry_at);
             // Slots come back when requests end, at no time a refill can tell: no early call.
-            let slots = rate.algorithm == Algorithm::Concurrency;
-            let early = grant.turn_in.filter(|_| admitting && !slots);
+            let early = grant.turn_in.filter(|_| admitting && !concurrency);
             state.set_early_at(early.and_then(|turn| early_call_at(ask, turn, until, now)));
         }
         lost_grant

@@ -86,7 +86,7 @@ impl Policy<'_> {
         if state.early_call_due(now) {
             // Once before its turn, for what the request lacks: not into the queue again, and
             // a short answer leaves its turn as it was (`starved_below` 0: no new wait).
-            state.rare_mut().early_at = 0;
+            state.set_early_at(None);
             return Next::Early(LeaseAsk::exactly(missing));
         }
         if (state.queued || denying) && turn_gap > 0 {
