@@ -246,8 +246,9 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
             let mut grant = LeaseGrant::of(granted, b.available(&rate), &rate, now);
             if let Some(r) = ask.reserve {
                 let held = stored.reserved.get_or_insert_with(Box::default);
+                let tokens = b.available(&rate);
                 grant.reserved =
-                    Some(held.reserve(&rate, r.holder, r.per_mille, r.ttl_micros, now));
+                    Some(held.reserve(&rate, r.holder, r.per_mille, r.ttl_micros, now, tokens));
                 if held.is_empty() {
                     stored.reserved = None;
                 }

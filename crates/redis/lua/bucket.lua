@@ -281,9 +281,12 @@ end
 
 -- Replaces holder `id`'s reservation by one of `asked` thousandths of a token per period for
 -- `ttl` µs and returns what is granted: min(asked, C - R of the others, C * asked / W when the
--- asks W, this one's included, are more than C), C = 80% of L (RESERVABLE_PER_MILLE: the rest
--- always refills the bucket). An ask or a ttl of 0 gives it back; only a
--- token bucket is reserved (sluice_core::reserve's Reservations::reserve). Before `save`.
+-- asks W, this one's included, are more than C), C what may be reserved now: 80% of L
+-- (RESERVABLE_PER_MILLE: the rest always refills the bucket) while the bucket, after this
+-- call's take, holds three quarters of its burst or more, none below a quarter, in proportion
+-- between, and all of it while W (this ask uncapped) is 1.5 L or more (a starved key:
+-- sluice_core::reserve's `reservable`). An ask or a ttl of 0 gives it back; only a token bucket is reserved
+-- (sluice_core::reserve's Reservations::reserve). Before `save`.
 local function reserve(id, asked, ttl)
   reservations_changed = true
   if not lapsed[id] then
@@ -296,14 +299,26 @@ local function reserve(id, asked, ttl)
   if asked == 0 or ttl == 0 or algorithm ~= 0 or total == 0 or total >= 9007199254740992 then
     return 0
   end
+  -- Whether the asks mark a starved key counts this one as asked, before it is capped.
+  local starved = reserve_asked + asked >= rpu * 1500
   if asked > total then asked = total end
   local all = reserve_asked + asked
+  local can = total
+  if not starved then
+    if burst == 0 then
+      can = 0
+    else
+      local share = (4 * available() - burst) / (2 * burst)
+      if share < 0 then share = 0 elseif share > 1 then share = 1 end
+      can = math.floor(total * share)
+    end
+  end
   local granted = asked
-  if all > total then
-    local fair = math.floor(total * asked / all)
+  if all > can then
+    local fair = math.floor(can * asked / all)
     if fair < granted then granted = fair end
   end
-  local free = total - reserved
+  local free = can - reserved
   if free < 0 then free = 0 end
   if free < granted then granted = free end
   if ttl > 3600000000 then ttl = 3600000000 end

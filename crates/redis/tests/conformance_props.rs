@@ -153,6 +153,47 @@ fn queue_case() -> impl Strategy<Value = Case> {
         .prop_map(|(rate, ops)| Case { rate, ops })
 }
 
+/// Leases of rate at every level of the bucket: three holders asking on `L`'s scale (their
+/// asks crossing 1.5 `L`, where a starved key may reserve all of its reservable part), between
+/// leases that drain the bucket through a quarter and three quarters of its burst, between
+/// which what may be reserved is in proportion (`sluice_core::reserve::reservable`): `case`'s
+/// amounts seldom land there.
+fn reservation_case() -> impl Strategy<Value = Case> {
+    (1u64..200, 4u64..200)
+        .prop_flat_map(|(limit, burst)| {
+            let rate = Rate {
+                burst,
+                ..Rate::per_unit(limit, Unit::Second)
+            };
+            let reserve = (
+                1u64..4,
+                0u64..=limit * 1_000,
+                prop_oneof![1u64..5_000_000, Just(u64::MAX)],
+                prop_oneof![Just(0u64), 0u64..burst],
+            )
+                .prop_map(|(holder, per_mille, ttl_micros, give_back)| ReserveAsk {
+                    holder,
+                    per_mille,
+                    ttl_micros,
+                    give_back,
+                });
+            let op = prop_oneof![
+                3 => (0u64..=burst / 2, reserve).prop_map(|(want, r)| {
+                    Op::LeaseAsking(LeaseAsk {
+                        reserve: Some(r),
+                        ..LeaseAsk::exactly(want)
+                    })
+                }),
+                1 => (0u64..=burst).prop_map(Op::Lease),
+            ];
+            (
+                Just(rate),
+                prop::collection::vec((0u64..300_000, op), 1..25),
+            )
+        })
+        .prop_map(|(rate, ops)| Case { rate, ops })
+}
+
 /// An `Op::LeaseAsking` drawn field by field (`LeaseAsk`'s fields, in its order).
 fn lease_asking(
     want: impl Strategy<Value = u64>,
@@ -314,15 +355,18 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
     seen
 }
 
-/// Runs the cases of both strategies (`case`, `queue_case`; each with a fixed seed, then a
-/// random one) against `store`.
+/// Runs the cases of every strategy (`case`, `queue_case`, `reservation_case`; each with a
+/// fixed seed, then a random one) against `store`.
 fn agree(rt: &tokio::runtime::Runtime, store: &RedisStore, prefix: &str) {
     let n = std::sync::atomic::AtomicU64::new(0);
     let seeds = [RngSeed::Fixed(0x5eed), RngSeed::Random];
-    for (seed, cases) in seeds
-        .into_iter()
-        .flat_map(|seed| [(seed, case().boxed()), (seed, queue_case().boxed())])
-    {
+    for (seed, cases) in seeds.into_iter().flat_map(|seed| {
+        [
+            (seed, case().boxed()),
+            (seed, queue_case().boxed()),
+            (seed, reservation_case().boxed()),
+        ]
+    }) {
         let mut runner = TestRunner::new(Config {
             cases: 64,
             rng_seed: seed,

@@ -34,6 +34,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The tokens a bucket of these tests' rate (100 a second, burst 100) holds when a call
+/// reserves, where a test is about the arithmetic of a grant, not about what may be reserved:
+/// full, so the whole reservable part may ([`reservable`]).
+const FULL: f64 = 100.0;
+
 /// A holder's stock as the engine fills it: from the answer's arrival to its send time plus
 /// the ttl, ended early at the send time of its next call; and, when a call renews a live
 /// reservation, its round trip at the lesser of the two rates, up to where either ends
@@ -100,7 +105,9 @@ proptest! {
                         fillings[i].until = f.until.min(filled_to);
                         (f.granted, filled_to, f.until)
                     });
-                    let granted = held.reserve(&rate, holder, asked, ttl, now);
+                    let granted = held.reserve(
+                        &rate, holder, asked, ttl, now, bucket.tokens,
+                    );
                     prop_assert!(granted <= asked);
                     prop_assert!(held.granted() <= limit * RESERVABLE_PER_MILLE);
                     let arrives = now + back_in;
@@ -148,7 +155,7 @@ fn a_reservation_takes_its_rate_from_the_refill() {
     let mut held = Reservations::default();
     bucket.take_up_to(&rate, 0, 100);
     // 40 a second for 2 s (of the 80 that may be reserved).
-    assert_eq!(held.reserve(&rate, 7, 40_000, 2_000_000, 0), 40_000);
+    assert_eq!(held.reserve(&rate, 7, 40_000, 2_000_000, 0, FULL), 40_000);
     held.advance(&mut bucket, &rate, 1_000_000);
     assert!((bucket.tokens - 60.0).abs() < 1e-9, "{}", bucket.tokens);
     assert!((filled(&rate, 40_000, 1_000_000) - 40.0).abs() < 1e-9);
@@ -172,10 +179,10 @@ fn a_renewal_fills_its_round_trip_at_the_lesser_rate() {
     let mut bucket = BucketState::full(&rate, 0);
     let mut held = Reservations::default();
     let taken = bucket.take_up_to(&rate, 0, 100) as f64;
-    assert_eq!(held.reserve(&rate, 7, 80_000, 10_000_000, 0), 80_000);
+    assert_eq!(held.reserve(&rate, 7, 80_000, 10_000_000, 0, FULL), 80_000);
     held.advance(&mut bucket, &rate, 1_025_000);
     assert_eq!(
-        held.reserve(&rate, 7, 10_000, 10_000_000, 1_025_000),
+        held.reserve(&rate, 7, 10_000, 10_000_000, 1_025_000, FULL),
         10_000
     );
     held.advance(&mut bucket, &rate, 1_050_000);
@@ -204,14 +211,14 @@ fn oversubscribed_asks_share_by_demand() {
     let mut held = Reservations::default();
     let ttl = 10_000_000;
     // At most 80 of the 100 a second.
-    assert_eq!(held.reserve(&rate, 1, 90_000, ttl, 0), 80_000);
+    assert_eq!(held.reserve(&rate, 1, 90_000, ttl, 0, FULL), 80_000);
     // Nothing is left while the first holds it all.
-    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 1), 0);
+    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 1, FULL), 0);
     // The first renews: its share by demand (80 of 140 asked, of 80).
-    assert_eq!(held.reserve(&rate, 1, 80_000, ttl, 2), 45_714);
-    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 3), 34_285);
+    assert_eq!(held.reserve(&rate, 1, 80_000, ttl, 2, FULL), 45_714);
+    assert_eq!(held.reserve(&rate, 2, 60_000, ttl, 3, FULL), 34_285);
     assert_eq!(held.granted(), 79_999);
-    assert_eq!(held.reserve(&rate, 1, 0, ttl, 4), 0);
+    assert_eq!(held.reserve(&rate, 1, 0, ttl, 4, FULL), 0);
     assert_eq!(held.granted(), 34_285);
     assert!(held.held_by(1).is_none());
     // Windows and rates too large for exact Lua numbers are not reserved.
@@ -219,7 +226,47 @@ fn oversubscribed_asks_share_by_demand() {
         algorithm: Algorithm::FixedWindow,
         ..rate
     };
-    assert_eq!(held.reserve(&window, 3, 1_000, ttl, 5), 0);
+    assert_eq!(held.reserve(&window, 3, 1_000, ttl, 5, FULL), 0);
     let huge = Rate::per_unit(u64::MAX / 2, Unit::Second);
-    assert_eq!(held.reserve(&huge, 3, 1_000, ttl, 5), 0);
+    assert_eq!(held.reserve(&huge, 3, 1_000, ttl, 5, FULL), 0);
+}
+
+/// What may be reserved follows the bucket's slack: all of the reservable part (80 of 100 a
+/// second) from three quarters of the burst up, none below a quarter, in proportion between;
+/// and all of it, whatever the bucket holds, once the asks reach one and a half times `L` (a
+/// starved key, whose stocks are spent as they fill).
+#[test]
+fn what_may_be_reserved_follows_the_slack_unless_the_key_is_starved() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let under = 90_000.0;
+    assert_eq!(reservable(&rate, 100.0, under), 80_000);
+    assert_eq!(reservable(&rate, 75.0, under), 80_000);
+    assert_eq!(reservable(&rate, 50.0, under), 40_000);
+    assert_eq!(reservable(&rate, 37.5, under), 20_000);
+    assert_eq!(reservable(&rate, 25.0, under), 0);
+    assert_eq!(reservable(&rate, 0.0, under), 0);
+    assert_eq!(reservable(&rate, 0.0, 149_999.0), 0);
+    assert_eq!(reservable(&rate, 0.0, 150_000.0), 80_000);
+    let no_burst = Rate { burst: 0, ..rate };
+    assert_eq!(reservable(&no_burst, 0.0, under), 0);
+    assert_eq!(reservable(&no_burst, 0.0, 150_000.0), 80_000);
+
+    // Through `reserve`: a drained bucket grants a fleet under the limit nothing (the ask is
+    // still counted), half a burst half the reservable part shared by demand, and asks that
+    // reach 1.5 L all of it, however drained.
+    let ttl = 10_000_000;
+    let mut held = Reservations::default();
+    assert_eq!(held.reserve(&rate, 1, 60_000, ttl, 0, 10.0), 0);
+    // 40 a second may be reserved, 90 are asked: 30 of 90 of it.
+    assert_eq!(held.reserve(&rate, 2, 30_000, ttl, 1, 50.0), 13_333);
+    assert_eq!(held.reserve(&rate, 1, 60_000, ttl, 2, 50.0), 26_666);
+    // 150 a second asked: 80 may be reserved, 60 of 150 of it for the third.
+    assert_eq!(held.reserve(&rate, 3, 60_000, ttl, 3, 0.0), 32_000);
+    assert_eq!(held.granted(), 71_999);
+    // One holder asking for more than may be reserved (150 of 100 a second) is starved alone:
+    // its ask counts as asked, not as the 80 it is capped at.
+    let mut alone = Reservations::default();
+    assert_eq!(alone.reserve(&rate, 1, 150_000, ttl, 0, 0.0), 80_000);
+    let mut capped = Reservations::default();
+    assert_eq!(capped.reserve(&rate, 1, 149_999, ttl, 0, 0.0), 0);
 }
