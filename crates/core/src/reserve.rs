@@ -106,7 +106,8 @@ impl Reservations {
     /// `asked` thousandths of a token per period for `ttl` µs (at most [`MAX_TTL_MICROS`]);
     /// returns what is granted: `min(asked, C − R of the others, C·asked / W)` with `W` every
     /// live ask (this one's included) when they are more than `C`, so shares follow demand once
-    /// every holder has renewed, and `C` what may be reserved now ([`reservable`]: the
+    /// every holder has renewed (each against the `C` of its own call), and `C` what may be
+    /// reserved now ([`reservable`]: the
     /// reservable part of `L` while the bucket, `tokens` after this call's take, shows slack or
     /// the asks show a starved key; less as it drains). An ask of 0 (or a ttl of 0) gives the
     /// reservation back. Only token buckets are reserved; other algorithms get 0 and keep

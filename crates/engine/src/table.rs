@@ -339,7 +339,7 @@ impl BucketTable {
             } else {
                 held > ttl
             };
-            if (is_idle || lapsed) && (state.lease > 0 || state.has_rate_lease()) {
+            if (is_idle || lapsed) && (state.lease > 0 || state.rate_lease_recorded()) {
                 returns.extend(Return::take(bucket, &mut state, now));
                 // The global reading is stale once tokens went back; read it again on use.
                 state.global_known = false;

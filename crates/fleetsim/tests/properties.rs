@@ -215,13 +215,41 @@ proptest! {
         no_false_denial_while_the_burst_covers_the_fleet(&case)?;
     }
 
-    /// The same for leases of rate, on 16 fleets drawn from a fixed seed.
+    /// The same for leases of rate, on 16 fleets drawn from a fixed seed: a guard against
+    /// regressions, not a proof (these 16 passed before the store reserved from slack only; the
+    /// search below and the case after this block are where leases of rate still fail).
     #[test]
     fn no_false_denial_with_leases_of_rate_on_drawn_fleets_while_the_burst_covers_the_fleet(
         case in case(0.05..0.8, Just(Leases::Rates))
     ) {
         no_false_denial_while_the_burst_covers_the_fleet(&case)?;
     }
+}
+
+/// 22 sidecars in step at 78% of 337 a second on a burst of 22, leases of rate (found by the
+/// search): 16 of 792 denied that the exact limiter admits while the store reserved from a
+/// drained bucket, 5 since it reserves from slack only. At `B = n` in step each stock fills a
+/// token a step at the rate it measured, and a stock a fraction short sends its request to a
+/// bucket that refills at `L − R`. Not fixed: run with `--ignored`.
+#[test]
+#[ignore = "known failure of leases of rate at B = n in step (issue 42)"]
+fn leases_of_rate_in_step_at_a_burst_of_the_fleet() {
+    let o = run(&Case {
+        leases: Leases::Rates,
+        ..fleet(
+            22,
+            0.784_308_436_571_345_1,
+            Arrivals::Step,
+            337,
+            22,
+            3,
+            100,
+            0,
+            0,
+        )
+    });
+    assert_eq!(o.exact_admitted, o.requests, "{o:?}");
+    assert_eq!(o.false_denials, 0, "{o:?}");
 }
 
 /// The fleets the property above found, each a cause of false denials now fixed: a refill

@@ -309,7 +309,8 @@ local function reserve(id, asked, ttl)
       can = 0
     else
       local share = (4 * available() - burst) / (2 * burst)
-      if share < 0 then share = 0 elseif share > 1 then share = 1 end
+      -- `not (share >= 0)` also takes a NaN to 0, as Rust's cast does.
+      if not (share >= 0) then share = 0 elseif share > 1 then share = 1 end
       can = math.floor(total * share)
     end
   end

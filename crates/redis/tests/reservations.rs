@@ -62,9 +62,11 @@ async fn a_reserved_bucket_outlives_its_reservation_and_a_release_frees_the_rate
         "a full bucket with a reservation expires in {ttl} ms"
     );
 
-    // Emptied: it refills at 50 a second while the reservation lasts.
+    // Emptied by a lease that does not renew it: it refills at 50 a second while the
+    // reservation lasts. (A renewal in the same call would find the bucket drained and be
+    // granted nothing: Redis reserves from slack only, `sluice_core::reserve::reservable`.)
     let g = store
-        .lease_as_at(KEY, rate, reserving(100, 50_000, 30_000_000), 7, None)
+        .lease_as_at(KEY, rate, LeaseAsk::exactly(100), 7, None)
         .await
         .expect("lease");
     assert_eq!(g.granted, 100);
@@ -91,4 +93,17 @@ async fn a_reserved_bucket_outlives_its_reservation_and_a_release_frees_the_rate
         per_sec >= 80.0 || after >= 100.0,
         "refills at 100 a second once given back: {per_sec:.1}"
     );
+
+    // Drained again, a reservation asked for under 1.5 L is granted nothing, and one that
+    // marks the key starved (150 of 100 a second asked) the reservable 80.
+    let g = store
+        .lease_as_at(KEY, rate, reserving(100, 50_000, 30_000_000), 7, None)
+        .await
+        .expect("lease");
+    assert_eq!(g.reserved, Some(0), "drained: {g:?}");
+    let g = store
+        .lease_as_at(KEY, rate, reserving(0, 150_000, 30_000_000), 7, None)
+        .await
+        .expect("lease");
+    assert_eq!(g.reserved, Some(80_000), "starved: {g:?}");
 }

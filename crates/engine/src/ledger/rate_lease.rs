@@ -189,6 +189,14 @@ impl RateLease {
         (seen - expected).abs() > 3.0 * expected.sqrt() + 2.0
     }
 
+    /// Whether the store keeps this holder's reservation: a grant, or an ask granted nothing
+    /// (the store reserves from slack only, `sluice_core::reserve::reservable`). An ask left in
+    /// the store counts toward every share and toward the sum that marks a key starved until
+    /// it lapses (a pod that left: up to the ttl), so it is ended as a grant is.
+    pub fn recorded(&self) -> bool {
+        self.per_mille > 0 || self.asked > 0
+    }
+
     /// Whether a reservation fills the stock now.
     pub fn live(&self, now: u64) -> bool {
         self.per_mille > 0 && now < self.until
@@ -206,11 +214,20 @@ impl super::LeaseState {
         }
     }
 
-    /// Ends this key's lease of rate, if it has one: the stock stops filling now. Returns the
-    /// tokens it kept aside to give back ([`RateLease::dropped`]).
+    /// Ends this key's lease of rate, if the store keeps one for it: the stock stops filling
+    /// now. Returns the tokens it kept aside to give back ([`RateLease::dropped`]).
     pub fn end_rate_lease(&mut self) -> Option<u64> {
         let lease = self.rare.as_deref_mut()?.rate_lease.take()?;
-        (lease.per_mille > 0).then_some(lease.dropped)
+        lease.recorded().then_some(lease.dropped)
+    }
+
+    /// Whether the store keeps a reservation for this key on this instance, to be ended when
+    /// the key goes idle or its pod leaves ([`RateLease::recorded`]).
+    pub fn rate_lease_recorded(&self) -> bool {
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(RateLease::recorded)
     }
 
     /// Whether this key has a lease of rate (filling now or lapsed), which ending would tell

@@ -1,4 +1,5 @@
 use super::*;
+use crate::ReserveAsk;
 use sluice_core::{ManualClock, Unit};
 
 /// The embedded store holds at most `max_keys` buckets: full ones make room, and a new key is
@@ -113,4 +114,45 @@ async fn a_first_turn_waits_for_no_more_than_the_next_request_needs() {
         (0, Some(100_000)),
         "four tokens"
     );
+}
+
+/// What may be reserved is judged on the bucket as this call leaves it (after its own take),
+/// as `lease.lua` judges it: a full bucket of 100 that grants 60 holds 40, so 30% of the
+/// reservable 80 a second (`sluice_core::reserve::reservable`); judged before the take it would
+/// be all of it.
+#[tokio::test]
+async fn a_reservation_is_judged_on_the_bucket_the_call_leaves() {
+    let store = MemoryStore::new(ManualClock::at(1));
+    let rate = Rate::per_unit(100, Unit::Second);
+    let reserve = |holder: u64| ReserveAsk {
+        holder,
+        per_mille: 50_000,
+        ttl_micros: 10_000_000,
+        give_back: 0,
+    };
+    let g = store
+        .lease_asking(
+            "k",
+            rate,
+            LeaseAsk {
+                reserve: Some(reserve(1)),
+                ..LeaseAsk::exactly(60)
+            },
+        )
+        .await
+        .expect("lease");
+    assert_eq!(g.granted, 60);
+    assert_eq!(g.reserved, Some(24_000), "30% of 80 a second");
+    let g = store
+        .lease_asking(
+            "k",
+            rate,
+            LeaseAsk {
+                reserve: Some(reserve(2)),
+                ..LeaseAsk::exactly(20)
+            },
+        )
+        .await
+        .expect("lease");
+    assert_eq!(g.reserved, Some(0), "a fifth of the burst left: nothing");
 }
