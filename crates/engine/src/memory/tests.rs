@@ -124,35 +124,25 @@ async fn a_first_turn_waits_for_no_more_than_the_next_request_needs() {
 async fn a_reservation_is_judged_on_the_bucket_the_call_leaves() {
     let store = MemoryStore::new(ManualClock::at(1));
     let rate = Rate::per_unit(100, Unit::Second);
-    let reserve = |holder: u64| ReserveAsk {
-        holder,
-        per_mille: 50_000,
-        ttl_micros: 10_000_000,
-        give_back: 0,
+    // `holder` takes `want` and asks to reserve 50 a second for 10 s.
+    let lease = async |holder: u64, want: u64| {
+        let reserve = ReserveAsk {
+            holder,
+            per_mille: 50_000,
+            ttl_micros: 10_000_000,
+            give_back: 0,
+        };
+        let ask = LeaseAsk {
+            reserve: Some(reserve),
+            ..LeaseAsk::exactly(want)
+        };
+        let g = store.lease_asking("k", rate, ask).await.expect("lease");
+        (g.granted, g.reserved)
     };
-    let g = store
-        .lease_asking(
-            "k",
-            rate,
-            LeaseAsk {
-                reserve: Some(reserve(1)),
-                ..LeaseAsk::exactly(60)
-            },
-        )
-        .await
-        .expect("lease");
-    assert_eq!(g.granted, 60);
-    assert_eq!(g.reserved, Some(24_000), "30% of 80 a second");
-    let g = store
-        .lease_asking(
-            "k",
-            rate,
-            LeaseAsk {
-                reserve: Some(reserve(2)),
-                ..LeaseAsk::exactly(20)
-            },
-        )
-        .await
-        .expect("lease");
-    assert_eq!(g.reserved, Some(0), "a fifth of the burst left: nothing");
+    assert_eq!(lease(1, 60).await, (60, Some(24_000)), "30% of 80 a second");
+    assert_eq!(
+        lease(2, 20).await,
+        (20, Some(0)),
+        "a fifth of the burst left: nothing"
+    );
 }
