@@ -107,11 +107,10 @@ impl Reservations {
     /// returns what is granted: `min(asked, C − R of the others, C·asked / W)` with `W` every
     /// live ask (this one's included) when they are more than `C`, so shares follow demand once
     /// every holder has renewed (each against the `C` of its own call), and `C` what may be
-    /// reserved now ([`reservable`]: the
-    /// reservable part of `L` while the bucket, `tokens` after this call's take, shows slack or
-    /// the asks show a starved key; less as it drains). An ask of 0 (or a ttl of 0) gives the
-    /// reservation back. Only token buckets are reserved; other algorithms get 0 and keep
-    /// nothing.
+    /// reserved now ([`reservable`]: the reservable part of `L` while the bucket, `tokens`
+    /// after this call's take, shows slack or the asks show a starved key; less as it drains).
+    /// An ask of 0 (or a ttl of 0) gives the reservation back. Only token buckets are
+    /// reserved; other algorithms get 0 and keep nothing.
     pub fn reserve(
         &mut self,
         rate: &Rate,
@@ -160,10 +159,10 @@ impl Reservations {
 
 /// What may be reserved in all (thousandths of a token per period), when the bucket holds
 /// `tokens` (after the call's own take) and the live asks sum to `asks` (the call's own as it
-/// asked, before it is capped at the reservable part; in `f64`, as `bucket.lua` adds): the reservable
-/// part of `L` ([`RESERVABLE_PER_MILLE`]) while the bucket holds three quarters of its burst or
-/// more, none below a quarter, in proportion between; all of it while the asks mark a starved
-/// key ([`STARVED_ASKS_PER_MILLE`]).
+/// asked, before it is capped at the reservable part; in `f64`, as `bucket.lua` adds): the
+/// reservable part of `L` ([`RESERVABLE_PER_MILLE`]) while the bucket holds three quarters of
+/// its burst or more, none below a quarter, in proportion between; all of it while the asks
+/// mark a starved key ([`STARVED_ASKS_PER_MILLE`]).
 ///
 /// Why: a stock is spent only by its own holder. Under the limit the bucket is full and its
 /// refill would overflow, so what is reserved costs no one anything. At the limit the burst is

@@ -285,8 +285,8 @@ end
 -- (RESERVABLE_PER_MILLE: the rest always refills the bucket) while the bucket, after this
 -- call's take, holds three quarters of its burst or more, none below a quarter, in proportion
 -- between, and all of it while W (this ask uncapped) is 1.5 L or more (a starved key:
--- sluice_core::reserve's `reservable`). An ask or a ttl of 0 gives it back; only a token bucket is reserved
--- (sluice_core::reserve's Reservations::reserve). Before `save`.
+-- sluice_core::reserve's `reservable`). An ask or a ttl of 0 gives it back; only a token
+-- bucket is reserved (sluice_core::reserve's Reservations::reserve). Before `save`.
 local function reserve(id, asked, ttl)
   reservations_changed = true
   if not lapsed[id] then
