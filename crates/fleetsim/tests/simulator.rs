@@ -101,7 +101,7 @@ fn leases_of_rate_cost_a_fraction_of_the_calls_without_a_denial() {
 /// only from slack (`sluice_core::reserve::reservable`): 32 sidecars at 100% of `L`, Poisson,
 /// 20 s. Reserving from a drained bucket put most of the burst in 32 stocks, each usable only
 /// by its own sidecar, and 58 of 2 066 requests the exact limiter admits were denied (token
-/// leases: none); reserving from slack, 1.
+/// leases: none); reserving from slack, 4.
 #[test]
 fn at_the_limit_leases_of_rate_leave_the_burst_to_the_fleet() {
     let o = run(&cases(
