@@ -229,9 +229,15 @@ proptest! {
 
 /// 22 sidecars in step at 78% of 337 a second on a burst of 22, leases of rate (found by the
 /// search): 16 of 792 denied that the exact limiter admits while the store reserved from a
-/// drained bucket, 5 since it reserves from slack only. At `B = n` in step each stock fills a
-/// token a step at the rate it measured, and a stock a fraction short sends its request to a
-/// bucket that refills at `L − R`. Not fixed: run with `--ignored`.
+/// drained bucket, 5 since it reserves from slack only. Traced: every sidecar's measurement
+/// ends in the same step (2.125 s), and the first 11 calls are granted 12 a second each (the
+/// bucket still holds half its burst), so the store refills at `L − R` = 205 a second at once.
+/// At the next step, 83 ms later, each new stock has filled 0.997 of a token (a stock fills
+/// from its answer), so all 22 requests go to the store, which refilled 17: 5 denied. The
+/// tokens are not lost, only not whole in time. To try: start a new reservation's cut of the
+/// refill where its stock can pay a whole token (`1/r` after the grant), or hand a new holder
+/// its first token from the bucket with the grant and start its stock `1/r` later; both keep
+/// `B + L·t`. Not fixed: run with `--ignored`.
 #[test]
 #[ignore = "known failure of leases of rate at B = n in step (issue 42)"]
 fn leases_of_rate_in_step_at_a_burst_of_the_fleet() {
