@@ -155,7 +155,8 @@ async fn envoy_gateways_rendered_deployment_runs_sluice_as_it_runs_the_reference
     let (mut ours, mut theirs) = (client(grpc, &pki).await, client(ref_grpc, &pki).await);
     let alice: &[(&str, &str)] = &[("user", "alice")];
     let search: &[(&str, &str)] = &[("route", "search"), ("user", "bob")];
-    common::pushed::clear_of_a_minute_edge();
+    // Both halves, the update between them included, in one minute (see there).
+    let minute = common::pushed::clear_of_a_minute_edge(Duration::from_secs(20));
     let codes = common::pushed::alike(
         &mut ours,
         &mut theirs,
@@ -176,7 +177,11 @@ async fn envoy_gateways_rendered_deployment_runs_sluice_as_it_runs_the_reference
     );
     until_acked(&xds, REFERENCE_NODE, "2");
     let tenant: &[(&str, &str)] = &[("tenant", "t1")];
-    common::pushed::clear_of_a_minute_edge();
+    assert_eq!(
+        common::pushed::minute_now(),
+        minute,
+        "the update took the calls into the next minute"
+    );
     let codes = common::pushed::alike(&mut ours, &mut theirs, &[tenant, tenant, alice]).await;
     assert_eq!(codes, [Ok, OverLimit, OverLimit]);
 }

@@ -80,7 +80,8 @@ async fn sluice_answers_as_envoyproxy_ratelimit_on_the_same_pushed_limits() {
     let alice: &[(&str, &str)] = &[("user", "alice")];
     let search: &[(&str, &str)] = &[("route", "search"), ("user", "bob")];
     let nobody: &[(&str, &str)] = &[("team", "x")];
-    common::pushed::clear_of_a_minute_edge();
+    // Both halves, the update between them included, in one minute (see there).
+    let minute = common::pushed::clear_of_a_minute_edge(Duration::from_secs(20));
     let codes = common::pushed::alike(
         &mut sluice,
         &mut theirs,
@@ -103,7 +104,11 @@ async fn sluice_answers_as_envoyproxy_ratelimit_on_the_same_pushed_limits() {
     // The reference ACKs each stream on its own: give it the same moment to apply.
     std::thread::sleep(Duration::from_millis(300));
     let tenant: &[(&str, &str)] = &[("tenant", "t1")];
-    common::pushed::clear_of_a_minute_edge();
+    assert_eq!(
+        common::pushed::minute_now(),
+        minute,
+        "the update took the calls into the next minute"
+    );
     let codes = common::pushed::alike(&mut sluice, &mut theirs, &[tenant, tenant, alice]).await;
     assert_eq!(codes, [Ok, OverLimit, OverLimit]);
     drop(reference);

@@ -80,16 +80,27 @@ pub fn seen(answer: &RateLimitResponse) -> (Vec<Status>, Vec<String>) {
     (out, headers)
 }
 
-/// Waits until the next minute is at least 3 s away: the reference counts in fixed windows (a
-/// minute's count starts again at the minute), sluice in a token bucket, so calls that straddle
-/// a minute's edge may be answered otherwise by design (docs/migrating.md).
-pub fn clear_of_a_minute_edge() {
+/// The minute of the wall clock (minutes since the Unix epoch): the reference's window.
+pub fn minute_now() -> u64 {
+    use sluice_core::Clock as _;
+    sluice_core::SystemClock::new().now_micros() / 60_000_000
+}
+
+/// Waits until the next minute is at least `room` away, and returns the minute it is then:
+/// the reference counts in fixed windows (a minute's count starts again at the minute), sluice
+/// in a token bucket, so calls on either side of a minute's edge may be answered otherwise by
+/// design (docs/migrating.md). A test whose later calls depend on the counts of its earlier
+/// ones needs them all in one minute: room for all of them, then [`minute_now`] checked equal
+/// before the last (an update between them once pushed the second half into the next minute,
+/// where the reference had forgotten a user sluice still denied).
+pub fn clear_of_a_minute_edge(room: Duration) -> u64 {
     use sluice_core::Clock as _;
     let clock = sluice_core::SystemClock::new();
-    let into_minute = || (clock.now_micros() % 60_000_000) as f64 / 1e6;
-    while into_minute() > 57.0 {
+    let into_minute = || Duration::from_micros(clock.now_micros() % 60_000_000);
+    while into_minute() + room > Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(200));
     }
+    minute_now()
 }
 
 /// Sends each of `calls` (a descriptor's entries) to both, asserts they answer alike, and
