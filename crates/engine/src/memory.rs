@@ -243,12 +243,14 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
                 b.give_back(&rate, now, r.give_back, 0);
             }
             let granted = b.take_keeping_half(&rate, now, ask.want, ask.least);
-            let mut grant = LeaseGrant::of(granted, b.available(&rate), &rate, now);
+            // What the bucket holds once this call took its grant: what the answer reports,
+            // what may be reserved is judged on, and what a turn waits for.
+            let left = b.available(&rate);
+            let mut grant = LeaseGrant::of(granted, left, &rate, now);
             if let Some(r) = ask.reserve {
                 let held = stored.reserved.get_or_insert_with(Box::default);
-                let tokens = b.available(&rate);
                 grant.reserved =
-                    Some(held.reserve(&rate, r.holder, r.per_mille, r.ttl_micros, now, tokens));
+                    Some(held.reserve(&rate, r.holder, r.per_mille, r.ttl_micros, now, left));
                 if held.is_empty() {
                     stored.reserved = None;
                 }
@@ -256,7 +258,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
             if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {
-                    let ready_in = ready_in(&rate, b.available(&rate), ask.lacking(granted));
+                    let ready_in = ready_in(&rate, left, ask.lacking(granted));
                     *end = next_turn(*end, now, ask.turn_gap, ready_in);
                     grant.turn_in = Some(*end - now);
                 }
