@@ -196,6 +196,13 @@ impl BucketState {
         }
         self.tokens = (self.tokens + n as f64).min(rate.burst as f64);
     }
+
+    /// Refills, then puts `milli` thousandths of a token back into a token bucket, capped at
+    /// the burst (`lease.lua` adds `milli / 1000`, the same `f64`).
+    pub fn give_back_milli(&mut self, rate: &Rate, now_micros: u64, milli: u64) {
+        self.refill(rate, now_micros);
+        self.tokens = (self.tokens + milli as f64 / 1000.0).min(rate.burst as f64);
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ mod waiting;
 
 use policy::Next;
 pub(crate) use policy::Policy;
-use waiting::{ExactWaiter, waited_for_a_short_answer};
+use waiting::{Waiter, waited_for_a_short_answer};
 
 /// Lease returns in flight at once (a sweep or a shutdown may return many).
 const RETURNS_AT_ONCE: usize = 256;
@@ -169,10 +169,11 @@ impl Leaser {
             return;
         }
         // Single flight: one store call per key at a time; the others wait for its result
-        // (until the deadline) and then spend from the lease it brought. In exact mode a waiter
-        // says what it needs, so the next call asks for every waiter at once.
-        let waiting =
-            (charge.info.mode == Mode::Exact).then(|| ExactWaiter::new(&bucket, charge.hits));
+        // (until the deadline) and then spend from the lease it brought. In exact mode, and
+        // while the bucket showed slack at the last answer, a waiter says what it needs, so the
+        // next call asks for every waiter at once ([`Waiter`]).
+        let counts = charge.info.mode == Mode::Exact || bucket.lock().showed_slack(&bucket.rate);
+        let waiting = counts.then(|| Waiter::new(&bucket, charge.hits));
         let answered_before = bucket.lock().global_read_at;
         let flight = until(deadline, self.flight(&bucket).lock()).await;
         drop(waiting);

@@ -237,10 +237,10 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
         let grant = self.with_stored(key, &rate, true, |stored, now| {
             let b = &mut stored.state;
             if let Some(r) = ask.reserve
-                && r.give_back > 0
+                && r.give_back_milli > 0
                 && rate.algorithm == sluice_core::bucket::Algorithm::TokenBucket
             {
-                b.give_back(&rate, now, r.give_back, 0);
+                b.give_back_milli(&rate, now, r.give_back_milli);
             }
             let granted = b.take_keeping_half(&rate, now, ask.want, ask.least);
             // What the bucket holds once this call took its grant: what the answer reports,

@@ -105,10 +105,11 @@ pub struct ReserveAsk {
     pub per_mille: u64,
     /// How long it lasts, µs (at most [`sluice_core::reserve::MAX_TTL_MICROS`]).
     pub ttl_micros: u64,
-    /// Whole tokens the caller's stock could not hold since its last call (it was full), given
-    /// back to the bucket (capped at the burst) before anything is taken: rate a full stock
-    /// would otherwise lose for every sidecar. Token buckets only.
-    pub give_back: u64,
+    /// Thousandths of a token given back to the bucket (capped at the burst) before anything is
+    /// taken: what the caller's stock could not hold since its last call (it was full), and
+    /// the fraction of a token an empty stock had filled: rate the fleet would otherwise lose
+    /// or get late. Token buckets only.
+    pub give_back_milli: u64,
 }
 
 impl LeaseAsk {

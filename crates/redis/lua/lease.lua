@@ -27,7 +27,8 @@
 --          Leases of rate: the caller as a holder of a reservation too.
 -- ARGV[11] 1: also reserve (bucket.lua's `reserve`) ARGV[12] thousandths of a token per period
 --          for ARGV[13] µs, and answer what was granted as a sixth value (-1: none asked for),
---          after giving back ARGV[14] tokens (a token bucket; capped at the burst) first
+--          after giving back ARGV[14] thousandths of a token (a token bucket; capped at the
+--          burst) first
 -- ARGV[15] queue_below (optional, default `least`): see ARGV[9] (LeaseAsk::queue_below)
 -- ARGV[16] next_needs (optional, default: no bound): the first turn of a queue that has run
 --          out waits for no more than this many tokens (LeaseAsk::next_needs, ::lacking)
@@ -43,10 +44,11 @@ local below = 0
 if ARGV[9] ~= nil and ARGV[9] ~= '' then below = tonumber(ARGV[9]) end
 local next_needs = nil
 if ARGV[16] ~= nil and ARGV[16] ~= '' then next_needs = tonumber(ARGV[16]) end
--- Leases of rate: what the caller's full stock could not hold is given back first (ARGV[14]).
+-- Leases of rate: what the caller's full stock could not hold, and what an empty one filled of
+-- a token, is given back first (ARGV[14], thousandths of a token).
 if ARGV[11] == '1' and algorithm == 0 then
   local back = tonumber(ARGV[14])
-  if back > 0 then tokens = math.min(tokens + back, burst) end
+  if back > 0 then tokens = math.min(tokens + back / 1000, burst) end
 end
 local avail = available()
 local granted = math.floor(avail)

@@ -58,11 +58,11 @@ fn reservation() -> impl Strategy<Value = Option<ReserveAsk>> {
             prop_oneof![Just(0u64), 1u64..5_000_000, Just(u64::MAX)],
             prop_oneof![Just(0u64), amount()],
         )
-            .prop_map(|(holder, per_mille, ttl_micros, give_back)| Some(ReserveAsk {
+            .prop_map(|(holder, per_mille, ttl_micros, give_back_milli)| Some(ReserveAsk {
                 holder,
                 per_mille,
                 ttl_micros,
-                give_back,
+                give_back_milli,
             })),
     ]
 }
@@ -169,14 +169,16 @@ fn reservation_case() -> impl Strategy<Value = Case> {
                 1u64..4,
                 0u64..=limit * 1_000,
                 prop_oneof![1u64..5_000_000, Just(u64::MAX)],
-                prop_oneof![Just(0u64), 0u64..burst],
+                prop_oneof![Just(0u64), 0u64..burst * 1_000],
             )
-                .prop_map(|(holder, per_mille, ttl_micros, give_back)| ReserveAsk {
-                    holder,
-                    per_mille,
-                    ttl_micros,
-                    give_back,
-                });
+                .prop_map(
+                    |(holder, per_mille, ttl_micros, give_back_milli)| ReserveAsk {
+                        holder,
+                        per_mille,
+                        ttl_micros,
+                        give_back_milli,
+                    },
+                );
             let op = prop_oneof![
                 3 => (0u64..=burst / 2, reserve).prop_map(|(want, r)| {
                     Op::LeaseAsking(LeaseAsk {

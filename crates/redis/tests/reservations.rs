@@ -32,7 +32,7 @@ fn reserving(want: u64, per_mille: u64, ttl_micros: u64) -> LeaseAsk {
             holder: 7,
             per_mille,
             ttl_micros,
-            give_back: 0,
+            give_back_milli: 0,
         }),
         ..LeaseAsk::exactly(want)
     }

@@ -184,7 +184,14 @@ fn apply_reserved(
         return;
     };
     let granted = grant.reserved.unwrap_or(0);
-    lease.granted(rate, granted, sent, arrived, asked.ttl_micros);
+    lease.granted(
+        rate,
+        granted,
+        sent,
+        arrived,
+        asked.ttl_micros,
+        grant.remaining,
+    );
 }
 
 #[cfg(test)]

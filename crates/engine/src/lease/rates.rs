@@ -41,7 +41,7 @@ impl Leaser {
                 holder: self.holder,
                 per_mille: 0,
                 ttl_micros: 0,
-                give_back: r.tokens,
+                give_back_milli: r.tokens.saturating_mul(1_000),
             }),
             ..LeaseAsk::exactly(0)
         };

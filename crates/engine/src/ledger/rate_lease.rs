@@ -72,6 +72,10 @@ pub struct RateLease {
     /// they were rate no sidecar got: at 128 sidecars on 80 a second, half of what filled
     /// (stocks of one token) in the simulator, and the store's bucket ran dry.
     pub dropped: u64,
+    /// The store's bucket showed no slack at the last answer (under three quarters of its
+    /// burst, [`reserve::slack`]): the next call from an empty stock gives back the fraction
+    /// of a token it filled ([`sending`](Self::sending)).
+    pub drained: bool,
 }
 
 impl RateLease {
@@ -108,8 +112,16 @@ impl RateLease {
 
     /// A call is sent at `now`: the stock stops filling then (the store ends the reservation at
     /// its own now, which is later). `seen` hits since the last call count toward the demand.
-    /// Returns the tokens to give back with it (lost if the call fails: stricter, never looser).
-    pub fn sending(&mut self, seen: u64, now: u64) -> u64 {
+    /// Returns the thousandths of a token to give back with it (lost if the call fails:
+    /// stricter, never looser): the whole tokens the full stock dropped and, when the stock is
+    /// `empty` and the bucket was [`drained`](Self::drained), the fraction of a token it
+    /// filled. At the limit that fraction is where the fleet's tokens were: 32 sidecars at 100%
+    /// of `L` held up to a token each, not whole in time, while the bucket was empty for a
+    /// request an exact limiter admits (0.30% of requests denied so; 0.05% with it given back,
+    /// simulated). From a full bucket it is kept: given back, every stock that filled exactly
+    /// its demand started each call from nothing, a hair short at its next request, and under
+    /// the limit calls rose by a third (32 sidecars at 80%, Poisson: 23.6 → 31.9 a second).
+    pub fn sending(&mut self, seen: u64, now: u64, empty: bool) -> u64 {
         self.until = self.until.min(now);
         self.seen = self.seen.saturating_add(seen);
         let span = now.saturating_sub(self.counted_from);
@@ -123,7 +135,13 @@ impl RateLease {
             self.seen = 0;
             self.counted_from = now;
         }
-        std::mem::take(&mut self.dropped)
+        let mut milli = std::mem::take(&mut self.dropped).saturating_mul(1_000);
+        if empty && self.drained {
+            let part = (self.carry * 1_000.0).floor();
+            self.carry = (self.carry - part / 1_000.0).max(0.0);
+            milli = milli.saturating_add(part as u64);
+        }
+        milli
     }
 
     /// What to ask for: the measured demand and [`HEADROOM`], in thousandths of a token per
@@ -150,7 +168,17 @@ impl RateLease {
     /// reservation (before it took the call) or the new one (after), so that rate was kept from
     /// its refill. Unfilled, every renewal lost `R·RTT`: a starved key's 2 sidecars settled at
     /// 99.2% of `L` with a 1 ms round trip and 97.5% with 5 ms (simulated), 100% with tokens.
-    pub fn granted(&mut self, rate: &Rate, per_mille: u64, sent: u64, arrived: u64, ttl: u64) {
+    /// `remaining` is what the answer says the bucket holds ([`drained`](Self::drained)).
+    pub fn granted(
+        &mut self,
+        rate: &Rate,
+        per_mille: u64,
+        sent: u64,
+        arrived: u64,
+        ttl: u64,
+        remaining: f64,
+    ) {
+        self.drained = !reserve::slack(rate, remaining);
         let ends = sent.saturating_add(ttl);
         // From where the stock has filled to, if later: a decision's `sent` (its own start) can
         // be before the previous call's answer, which it waited for, and the stock filled from
@@ -255,105 +283,4 @@ impl super::LeaseState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_core::Unit;
-
-    /// The stock fills at the reserved rate only inside its window, whole tokens at a time,
-    /// capped at a second of the rate, and stops at the next call's send time.
-    #[test]
-    fn the_stock_fills_at_the_reserved_rate_inside_its_window() {
-        let rate = Rate::per_unit(100, Unit::Second);
-        let mut r = RateLease::starting(0);
-        // 10 a second, answered 1 ms after being sent at 0, for 10 s.
-        r.granted(&rate, 10_000, 0, 1_000, 10_000_000);
-        let mut lease = 0;
-        r.fill(&rate, &mut lease, 500_000);
-        assert_eq!(lease, 4, "4.99 tokens filled in 499 ms");
-        r.fill(&rate, &mut lease, 60_000_000);
-        assert_eq!(lease, 10, "capped at a second of the rate");
-        assert!(
-            r.due(&rate, 9_000_000, 0),
-            "a stock's worth dropped: renew to give it back"
-        );
-        lease = 0;
-        assert_eq!(
-            r.sending(0, 20_000_000),
-            89,
-            "95 more filled by 10 s, 6 kept"
-        );
-        r.fill(&rate, &mut lease, 30_000_000);
-        assert_eq!(lease, 0, "nothing after the window");
-        assert!(r.due(&rate, 30_000_000, 0) && !r.live(30_000_000));
-    }
-
-    /// A renewal's round trip fills at the lesser of the old and the new rate, up to where the
-    /// old reservation ends; a first grant, a renewal after the old one ended, or a grant of 0
-    /// fills nothing before the answer.
-    #[test]
-    fn a_renewal_fills_its_round_trip_at_the_lesser_rate() {
-        let rate = Rate::per_unit(100, Unit::Second);
-        let mut r = RateLease::starting(0);
-        r.granted(&rate, 80_000, 0, 0, 10_000_000);
-        assert_eq!(r.carry, 0.0, "a first grant: nothing before its answer");
-        // (sent, answered, granted, carry gained, why); every ttl 10 s.
-        let renewals = [
-            (
-                1_000_000,
-                1_050_000,
-                10_000,
-                0.5,
-                "50 ms at the lesser 10 a second",
-            ),
-            (
-                10_990_000,
-                11_040_000,
-                40_000,
-                0.1,
-                "10 ms: the old one ended at 11.0 s",
-            ),
-            (
-                30_000_000,
-                30_050_000,
-                40_000,
-                0.0,
-                "the old one ended at 20.99 s",
-            ),
-            (31_000_000, 31_050_000, 0, 0.0, "given back: nothing"),
-        ];
-        for (sent, answered, granted, gained, why) in renewals {
-            r.carry = 0.0;
-            r.sending(0, sent);
-            r.granted(&rate, granted, sent, answered, 10_000_000);
-            assert!((r.carry - gained).abs() < 1e-9, "{why}: {}", r.carry);
-        }
-    }
-
-    /// Demand is measured over at least a second and [`MEASURE_HITS`] hits: three requests a
-    /// millisecond after the first lease ask for nothing, not three thousand a second; nor do
-    /// two in half a second (a thin slice's noise); a slice under [`MIN_STOCK`] a second asks
-    /// for nothing (it leases tokens).
-    #[test]
-    fn demand_is_measured_over_at_least_a_second_and_a_few_hits() {
-        let rate = Rate::per_unit(100, Unit::Second);
-        let with_headroom = |per_sec: f64| (per_sec * 1_000.0 * HEADROOM).ceil() as u64;
-        let mut r = RateLease::starting(0);
-        r.sending(3, 1_000);
-        assert_eq!(r.ask(&rate), 0, "3 seen in a millisecond: not yet measured");
-        r.sending(47, 2_000_000);
-        assert!((r.demand - 25.0).abs() < 0.1, "{}", r.demand);
-        assert_eq!(r.ask(&rate), with_headroom(25.0));
-        let mut thin = RateLease::starting(0);
-        thin.sending(2, 1_500_000);
-        assert_eq!(thin.ask(&rate), 0, "two hits are not a measurement");
-        thin.sending(1, 4_000_000);
-        assert_eq!(thin.ask(&rate), 0, "nor three in 4 s");
-        thin.sending(1, 8_000_000);
-        assert!((thin.demand - 0.5).abs() < 0.01, "{}", thin.demand);
-        assert_eq!(
-            thin.ask(&rate),
-            0,
-            "half a token a second: tokens, not a reservation"
-        );
-    }
-}
+mod tests;

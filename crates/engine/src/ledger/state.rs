@@ -102,10 +102,10 @@ pub struct Rare {
     /// A caller whose turn is one behind the head of a starved key's queue asks once from this
     /// time on, before its turn (0: no such call; [`LeaseState::early_call_due`]).
     pub early_at: u64,
-    /// Exact mode: hits of the requests waiting for another request's store call on this key.
-    /// The call in flight's successor asks for them all at once, so concurrent requests of one
-    /// key share a round trip instead of queueing for one each.
-    pub exact_waiting: u64,
+    /// Hits of the requests waiting for another request's store call on this key (exact mode,
+    /// or strict while the bucket shows slack: `lease::waiting::Waiter`). The call in flight's successor asks for them all at once, so
+    /// concurrent requests of one key share a round trip instead of queueing for one each.
+    pub waiting: u64,
     /// Leases of rate (`EngineSettings::rate_lease_ttl`): this key's reservation and its stock.
     pub rate_lease: Option<super::rate_lease::RateLease>,
 }
@@ -123,7 +123,7 @@ const NO_RARE: Rare = Rare {
     holds: Vec::new(),
     hold_epoch: 0,
     returning: 0,
-    exact_waiting: 0,
+    waiting: 0,
     retry_at: 0,
     early_at: 0,
     rate_lease: None,
@@ -266,6 +266,12 @@ impl LeaseState {
             // A window began since the reading: as far as this instance knows, full.
             rate.burst as f64
         }
+    }
+
+    /// Whether the global bucket showed slack ([`sluice_core::reserve::slack`]: three quarters
+    /// of its burst or more) at the last reading, not refilled since; or was never read here.
+    pub fn showed_slack(&self, rate: &Rate) -> bool {
+        !self.global_known || sluice_core::reserve::slack(rate, self.global_remaining)
     }
 
     /// Whether the key looks far from its limit: never read here, or the global bucket held at

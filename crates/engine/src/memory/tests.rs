@@ -130,7 +130,7 @@ async fn a_reservation_is_judged_on_the_bucket_the_call_leaves() {
             holder,
             per_mille: 50_000,
             ttl_micros: 10_000_000,
-            give_back: 0,
+            give_back_milli: 0,
         };
         let ask = LeaseAsk {
             reserve: Some(reserve),
@@ -145,4 +145,34 @@ async fn a_reservation_is_judged_on_the_bucket_the_call_leaves() {
         (20, Some(0)),
         "a fifth of the burst left: nothing"
     );
+}
+
+/// A lease of rate's give-back is in thousandths of a token, added before the take and capped
+/// at the burst, as `lease.lua` adds it: half a token given back lets a bucket holding half a
+/// token pay a request; a full bucket keeps nothing more.
+#[tokio::test]
+async fn a_give_back_counts_thousandths_of_a_token() {
+    let store = MemoryStore::new(ManualClock::at(1));
+    let rate = Rate {
+        burst: 10,
+        ..Rate::per_unit(1, Unit::Hour)
+    };
+    let lease = async |want: u64, give_back_milli: u64| {
+        let reserve = ReserveAsk {
+            holder: 1,
+            per_mille: 0,
+            ttl_micros: 0,
+            give_back_milli,
+        };
+        let ask = LeaseAsk {
+            reserve: Some(reserve),
+            ..LeaseAsk::exactly(want)
+        };
+        let g = store.lease_asking("k", rate, ask).await.expect("lease");
+        (g.granted, g.remaining)
+    };
+    assert_eq!(lease(0, 5_000).await, (0, 10.0), "capped at the burst");
+    assert_eq!(lease(10, 0).await, (10, 0.0));
+    assert_eq!(lease(1, 500).await, (0, 0.5), "half a token: not enough");
+    assert_eq!(lease(1, 500).await, (1, 0.0), "the other half pays it");
 }

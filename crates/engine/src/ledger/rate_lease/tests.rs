@@ -1,0 +1,139 @@
+use super::*;
+use sluice_core::Unit;
+
+/// The stock fills at the reserved rate only inside its window, whole tokens at a time,
+/// capped at a second of the rate, and stops at the next call's send time.
+#[test]
+fn the_stock_fills_at_the_reserved_rate_inside_its_window() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut r = RateLease::starting(0);
+    // 10 a second, answered 1 ms after being sent at 0, for 10 s.
+    r.granted(&rate, 10_000, 0, 1_000, 10_000_000, 0.0);
+    let mut lease = 0;
+    r.fill(&rate, &mut lease, 500_000);
+    assert_eq!(lease, 4, "4.99 tokens filled in 499 ms");
+    r.fill(&rate, &mut lease, 60_000_000);
+    assert_eq!(lease, 10, "capped at a second of the rate");
+    assert!(
+        r.due(&rate, 9_000_000, 0),
+        "a stock's worth dropped: renew to give it back"
+    );
+    lease = 0;
+    assert_eq!(
+        r.sending(0, 20_000_000, false),
+        89_000,
+        "95 more filled by 10 s, 6 kept"
+    );
+    r.fill(&rate, &mut lease, 30_000_000);
+    assert_eq!(lease, 0, "nothing after the window");
+    assert!(r.due(&rate, 30_000_000, 0) && !r.live(30_000_000));
+}
+
+/// A renewal's round trip fills at the lesser of the old and the new rate, up to where the
+/// old reservation ends; a first grant, a renewal after the old one ended, or a grant of 0
+/// fills nothing before the answer.
+#[test]
+fn a_renewal_fills_its_round_trip_at_the_lesser_rate() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut r = RateLease::starting(0);
+    r.granted(&rate, 80_000, 0, 0, 10_000_000, 0.0);
+    assert_eq!(r.carry, 0.0, "a first grant: nothing before its answer");
+    // (sent, answered, granted, carry gained, why); every ttl 10 s.
+    let renewals = [
+        (
+            1_000_000,
+            1_050_000,
+            10_000,
+            0.5,
+            "50 ms at the lesser 10 a second",
+        ),
+        (
+            10_990_000,
+            11_040_000,
+            40_000,
+            0.1,
+            "10 ms: the old one ended at 11.0 s",
+        ),
+        (
+            30_000_000,
+            30_050_000,
+            40_000,
+            0.0,
+            "the old one ended at 20.99 s",
+        ),
+        (31_000_000, 31_050_000, 0, 0.0, "given back: nothing"),
+    ];
+    for (sent, answered, granted, gained, why) in renewals {
+        r.carry = 0.0;
+        r.sending(0, sent, false);
+        r.granted(&rate, granted, sent, answered, 10_000_000, 0.0);
+        assert!((r.carry - gained).abs() < 1e-9, "{why}: {}", r.carry);
+    }
+}
+
+/// Demand is measured over at least a second and [`MEASURE_HITS`] hits: three requests a
+/// millisecond after the first lease ask for nothing, not three thousand a second; nor do
+/// two in half a second (a thin slice's noise); a slice under [`MIN_STOCK`] a second asks
+/// for nothing (it leases tokens).
+#[test]
+fn demand_is_measured_over_at_least_a_second_and_a_few_hits() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let with_headroom = |per_sec: f64| (per_sec * 1_000.0 * HEADROOM).ceil() as u64;
+    let mut r = RateLease::starting(0);
+    r.sending(3, 1_000, false);
+    assert_eq!(r.ask(&rate), 0, "3 seen in a millisecond: not yet measured");
+    r.sending(47, 2_000_000, false);
+    assert!((r.demand - 25.0).abs() < 0.1, "{}", r.demand);
+    assert_eq!(r.ask(&rate), with_headroom(25.0));
+    let mut thin = RateLease::starting(0);
+    thin.sending(2, 1_500_000, false);
+    assert_eq!(thin.ask(&rate), 0, "two hits are not a measurement");
+    thin.sending(1, 4_000_000, false);
+    assert_eq!(thin.ask(&rate), 0, "nor three in 4 s");
+    thin.sending(1, 8_000_000, false);
+    assert!((thin.demand - 0.5).abs() < 0.01, "{}", thin.demand);
+    assert_eq!(
+        thin.ask(&rate),
+        0,
+        "half a token a second: tokens, not a reservation"
+    );
+}
+
+/// A call from an empty stock gives back the fraction of a token it filled when the last
+/// answer showed the bucket drained (under three quarters of its burst), in thousandths
+/// with the whole tokens a full stock dropped; from a full bucket, or from a stock that
+/// still holds a token, the fraction is kept.
+#[test]
+fn an_empty_stock_gives_back_its_fraction_only_to_a_drained_bucket() {
+    let rate = Rate {
+        burst: 100,
+        ..Rate::per_unit(100, Unit::Second)
+    };
+    // 10 a second from 0: 0.999 of a token by 99.9 ms, and 2 dropped whole tokens.
+    let fresh = |remaining: f64| {
+        let mut r = RateLease::starting(0);
+        r.granted(&rate, 10_000, 0, 0, 10_000_000, remaining);
+        let mut lease = 0;
+        r.fill(&rate, &mut lease, 99_900);
+        assert_eq!(lease, 0);
+        r.dropped = 2;
+        r
+    };
+    let mut full = fresh(80.0);
+    assert_eq!(full.sending(0, 99_900, true), 2_000, "a full bucket: kept");
+    assert!((full.carry - 0.999).abs() < 1e-9, "{}", full.carry);
+    let mut holding = fresh(10.0);
+    assert_eq!(holding.sending(0, 99_900, false), 2_000, "a token in stock");
+    let mut drained = fresh(74.9);
+    assert_eq!(
+        drained.sending(0, 99_900, true),
+        2_999,
+        "2 tokens and 0.999"
+    );
+    assert!(
+        drained.carry < 0.001 && drained.carry >= 0.0,
+        "{}",
+        drained.carry
+    );
+    assert_eq!(drained.sending(0, 99_900, true), 0, "nothing twice");
+}
