@@ -172,7 +172,7 @@ impl Leaser {
         // (until the deadline) and then spend from the lease it brought. In exact mode, and
         // while the bucket showed slack at the last answer, a waiter says what it needs, so the
         // next call asks for every waiter at once ([`Waiter`]).
-        let counts = charge.info.mode == Mode::Exact || bucket.lock().showed_slack(&bucket.rate);
+        let counts = waiting::counts(&bucket.lock(), &bucket.rate, charge.info.mode);
         let waiting = counts.then(|| Waiter::new(&bucket, charge.hits));
         let answered_before = bucket.lock().global_read_at;
         let flight = until(deadline, self.flight(&bucket).lock()).await;

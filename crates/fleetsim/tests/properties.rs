@@ -179,9 +179,10 @@ proptest! {
         no_false_denial_while_the_burst_covers_the_fleet(&case)?;
     }
 
-    /// The same for leases of rate: a search (see the file's doc).
+    /// The same for leases of rate: a search (see the file's doc; it has found a lone sidecar
+    /// on a burst of 1, the late judge, which token leases meet too).
     #[test]
-    #[ignore = "a wider search than CI's; run with PROPTEST_CASES (see the file's doc)"]
+    #[ignore = "a wider search than CI's, with a known failure; see the file's doc"]
     fn no_false_denial_well_under_the_limit_with_leases_of_rate(
         case in case(0.05..0.8, Just(Leases::Rates))
     ) {
@@ -288,6 +289,7 @@ fn the_fleets_the_leases_of_rate_search_found_are_never_denied_under_the_limit()
         assert_eq!(o.exact_admitted, o.requests, "{o:?}");
         assert_eq!(o.false_denials, 0, "{o:?}");
         assert_eq!(o.timed_out, 0, "{o:?}");
+        assert!(o.over <= 0.0, "{:.2} over B + L·t: {o:?}", o.over);
     }
 }
 

@@ -73,10 +73,16 @@ impl Policy<'_> {
         state.expire(now);
         state.fill(rate, now);
         let seen = state.seen_since_lease();
-        // Exact mode or a lease of rate: what this request lacks, and what the requests
-        // waiting behind it need ([`Waiter`](super::waiting::Waiter)).
-        let waiting = state.rare().waiting;
-        let missing = hits.saturating_sub(state.lease).saturating_add(waiting);
+        // What this request lacks and, in exact mode or while the bucket shows slack, what the
+        // requests waiting behind it need ([`Waiter`](super::waiting::Waiter)): judged again
+        // here, since the answer they waited for may have shown a drained bucket.
+        let lacks = hits.saturating_sub(state.lease);
+        let waiting = if super::waiting::counts(state, rate, mode) {
+            state.rare().waiting
+        } else {
+            0
+        };
+        let missing = lacks.saturating_add(waiting);
         let demand = f64::from(state.demand_per_sec);
         let cold = state.far_from_limit(rate, now);
         let denying = state.denied_since_lease > 0;
@@ -105,7 +111,7 @@ impl Policy<'_> {
         // on a burst of 378, one hot: 202 store calls and a false denial, 106 and none with
         // the share; simulated).
         if state.rate_leased(now) {
-            let extra = self.extra_cap(rate, missing, demand);
+            let extra = self.extra_cap(rate, lacks, demand);
             let want = self
                 .fleet_share(rate.burst, missing)
                 .min(missing.saturating_add(extra));
@@ -121,7 +127,9 @@ impl Policy<'_> {
         let mut want = self.lease_size(mode, rate.burst, missing, demand);
         let share = self.fleet_share(rate.burst, missing);
         if !denying {
-            want = want.min(missing.saturating_add(self.extra_cap(rate, missing, demand)));
+            // The step a fleet in step makes is counted in requests, not in this instance's
+            // waiters: with them, a hot pod's extra was never capped at `n ≤ B < 2n`.
+            want = want.min(missing.saturating_add(self.extra_cap(rate, lacks, demand)));
         }
         // What the lease keeps if the store shows the key is not far from its limit after all,
         // and all it may take from below half the burst: this instance's share of it while it

@@ -5,6 +5,7 @@ use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::Mode;
 
 use crate::bucket::LeaseBucket;
+use crate::ledger::LeaseState;
 use crate::plan::Charge;
 
 /// Whether a strict-mode charge that asked at `asked` and got its key's lock at `locked` waited
@@ -59,9 +60,8 @@ fn short_at(rate: &Rate, remaining: f64, sent: u64, locked: u64, hits: u64, aske
     }
 }
 
-/// A request waiting for another request's store call on its key, in exact mode, or in strict
-/// mode while the bucket showed slack at the last answer
-/// ([`LeaseState::showed_slack`](crate::ledger::LeaseState::showed_slack)): its hits count in
+/// A request waiting for another request's store call on its key, when its waiters [`counts`]
+/// (exact mode; strict while the bucket showed slack at the last answer): its hits count in
 /// the key's `waiting` (so the next call asks for them too) until it stops waiting, also when
 /// its future is dropped (a client gone), so a count never outlives its waiter. In strict mode
 /// a lease can be a single token (`B = n`) or, with a lease of rate, what a request lacks: each
@@ -73,6 +73,20 @@ fn short_at(rate: &Rate, remaining: f64, sent: u64, locked: u64, hits: u64, aske
 pub(super) struct Waiter<'a> {
     bucket: &'a LeaseBucket,
     hits: u64,
+}
+
+/// Whether requests waiting for a store call on a key in `state` (a bucket of `rate`, `mode`)
+/// count toward the next call's ask ([`Waiter`]): in exact mode always; in strict mode while
+/// the bucket showed slack at the last reading (or none is kept: a key not read here since it
+/// gave its tokens back), except for a concurrency limit, whose slots taken for a waiter that
+/// gave up would sit in this instance's lease while another's request is refused. Asked when
+/// a request starts to wait and again when the next call is sized.
+pub(super) fn counts(state: &LeaseState, rate: &Rate, mode: Mode) -> bool {
+    match mode {
+        Mode::Exact => true,
+        Mode::Strict => rate.algorithm != Algorithm::Concurrency && state.showed_slack(rate),
+        _ => false,
+    }
 }
 
 impl<'a> Waiter<'a> {

@@ -137,9 +137,16 @@ impl RateLease {
         }
         let mut milli = std::mem::take(&mut self.dropped).saturating_mul(1_000);
         if empty && self.drained {
-            let part = (self.carry * 1_000.0).floor();
-            self.carry = (self.carry - part / 1_000.0).max(0.0);
-            milli = milli.saturating_add(part as u64);
+            // Whole thousandths only, and never more than was filled: `carry · 1000` can round
+            // up to a whole number the carry is a hair short of.
+            let mut part = (self.carry * 1_000.0).floor();
+            if part / 1_000.0 > self.carry {
+                part -= 1.0;
+            }
+            if part > 0.0 {
+                self.carry -= part / 1_000.0;
+                milli = milli.saturating_add(part as u64);
+            }
         }
         milli
     }

@@ -103,7 +103,7 @@ pub struct Rare {
     /// time on, before its turn (0: no such call; [`LeaseState::early_call_due`]).
     pub early_at: u64,
     /// Hits of the requests waiting for another request's store call on this key (exact mode,
-    /// or strict while the bucket shows slack: `lease::waiting::Waiter`). The call in flight's successor asks for them all at once, so
+    /// or strict while the bucket shows slack: `lease::waiting::counts`). The call in flight's successor asks for them all at once, so
     /// concurrent requests of one key share a round trip instead of queueing for one each.
     pub waiting: u64,
     /// Leases of rate (`EngineSettings::rate_lease_ttl`): this key's reservation and its stock.
@@ -269,7 +269,8 @@ impl LeaseState {
     }
 
     /// Whether the global bucket showed slack ([`sluice_core::reserve::slack`]: three quarters
-    /// of its burst or more) at the last reading, not refilled since; or was never read here.
+    /// of its burst or more) at the last reading, not refilled since; or no reading is kept
+    /// (never read here, or read before this instance gave its tokens back).
     pub fn showed_slack(&self, rate: &Rate) -> bool {
         !self.global_known || sluice_core::reserve::slack(rate, self.global_remaining)
     }

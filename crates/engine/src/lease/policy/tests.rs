@@ -400,3 +400,74 @@ fn a_caller_with_a_turn_asks_when_its_tokens_are_there() {
         "no turn: a horizon"
     );
 }
+
+/// Requests waiting behind a key's call count toward the next one in exact mode, and in strict
+/// mode only while the bucket showed slack (three quarters of its burst) at the last reading
+/// and the key is no concurrency limit: the slack is judged again when the call is sized.
+#[test]
+fn waiters_count_in_strict_mode_only_while_the_bucket_shows_slack() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 32);
+    let r = rate(100, 100);
+    let slots = Rate {
+        algorithm: Algorithm::Concurrency,
+        ..rate(100, 100)
+    };
+    // (mode, rate, the bucket at the last reading, what the ask wants and keeps)
+    for (mode, r, read, want) in [
+        (Mode::Strict, &r, 80.0, (4, 4)),
+        (Mode::Strict, &r, 74.0, (1, 1)),
+        (Mode::Strict, &slots, 80.0, (1, 1)),
+        (Mode::Exact, &r, 10.0, (4, 4)),
+    ] {
+        let mut state = LeaseState::new(mode, r, NOW);
+        state.read_global(read, NOW);
+        state.rare_mut().waiting = 3;
+        let a = ask(p.next(&mut state, r, mode, 1, NOW));
+        assert_eq!((a.want, a.least), want, "{mode:?} at {read}: {a:?}");
+    }
+}
+
+/// With `n ≤ B < 2n` a lease's extra beyond what it lacks is capped by a step counted in
+/// requests (`extra_cap`), not in this instance's waiters: counted with them, the step looked
+/// wider than the burst and the cap went (19 sidecars on a burst of 21 with leases of up to
+/// half of it: 11 tokens for 3 requests).
+#[test]
+fn waiters_leave_the_cap_of_a_burst_under_twice_the_fleet() {
+    let settings = EngineSettings {
+        max_lease_fraction: 0.5,
+        ..EngineSettings::default()
+    };
+    let p = policy(&settings, 19);
+    let r = rate(184, 21);
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    state.read_global(20.0, NOW);
+    state.demand_per_sec = 150.0;
+    state.rare_mut().waiting = 2;
+    let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+    assert_eq!((a.want, a.least), (4, 3), "3 requests and one extra: {a:?}");
+}
+
+/// A key whose lease of rate fills asks the store for what its request lacks, and beyond it
+/// for its share of the burst's top half only (`least`: what it lacks), joining no queue
+/// for the share.
+#[test]
+fn a_rate_leased_key_asks_for_its_share_of_the_top_half() {
+    let settings = EngineSettings::default();
+    let p = policy(&settings, 2);
+    let r = rate(100, 100);
+    let mut state = LeaseState::new(Mode::Strict, &r, NOW);
+    state.read_global(30.0, NOW);
+    state.rare_mut().rate_lease = Some(crate::ledger::rate_lease::RateLease {
+        per_mille: 40_000,
+        filled_to: NOW,
+        until: NOW + 10_000_000,
+        ..crate::ledger::rate_lease::RateLease::starting(NOW)
+    });
+    let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+    assert_eq!(
+        (a.want, a.least, a.starved_below, a.queue_below),
+        (25, 1, 1, 1),
+        "a quarter of the burst (half of it, between 2): {a:?}"
+    );
+}
