@@ -229,8 +229,8 @@ proptest! {
 ///   reserved from a drained bucket, 5 once it reserved from slack only). Every sidecar's
 ///   measurement ends in the same step and the first 11 are granted 12 a second each, so the
 ///   store refills at `L − R` at once; at the next step each new stock had filled 0.997 of a
-///   token, all 22 requests went to the store, and it had refilled 17. A call from an empty
-///   stock now gives back the fraction it filled while the bucket is drained
+///   token, all 22 requests went to the store, and it had refilled 17. A call from a new,
+///   empty stock now gives back the fraction it filled while the bucket is drained
 ///   (`RateLease::sending`).
 /// - 21 sidecars, one hot, at 78% of 360 a second on a burst of 378: the hot pod's stock filled
 ///   a hair under its demand and it asked the store for one token a request, one round trip

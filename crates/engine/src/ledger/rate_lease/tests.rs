@@ -100,9 +100,9 @@ fn demand_is_measured_over_at_least_a_second_and_a_few_hits() {
 }
 
 /// A call from an empty stock gives back the fraction of a token it filled when the last
-/// answer showed the bucket drained (under three quarters of its burst), in thousandths
-/// with the whole tokens a full stock dropped; from a full bucket, or from a stock that
-/// still holds a token, the fraction is kept.
+/// answer showed the bucket drained (under three quarters of its burst) and the stock has not
+/// yet filled a whole token, in thousandths with the whole tokens a full stock dropped; from a
+/// full bucket, a stock that still holds a token, or one that has filled one, it is kept.
 #[test]
 fn an_empty_stock_gives_back_its_fraction_only_to_a_drained_bucket() {
     let rate = Rate {
@@ -136,4 +136,19 @@ fn an_empty_stock_gives_back_its_fraction_only_to_a_drained_bucket() {
         drained.carry
     );
     assert_eq!(drained.sending(0, 99_900, true), 0, "nothing twice");
+    // A stock that filled a whole token (spent since) is in step with its demand: it keeps
+    // its fraction, until a reservation begins again from none.
+    let mut r = RateLease::starting(0);
+    r.granted(&rate, 10_000, 0, 0, 10_000_000, 10.0);
+    let mut lease = 0;
+    r.fill(&rate, &mut lease, 199_900);
+    assert_eq!(lease, 1);
+    assert_eq!(r.sending(0, 199_900, true), 0, "in step: kept");
+    r.granted(&rate, 0, 199_900, 199_900, 10_000_000, 10.0);
+    r.granted(&rate, 10_000, 200_000, 200_000, 10_000_000, 10.0);
+    assert_eq!(
+        r.sending(0, 200_000, true),
+        999,
+        "a new reservation's stock gives it back"
+    );
 }
