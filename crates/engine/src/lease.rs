@@ -170,8 +170,9 @@ impl Leaser {
         }
         // Single flight: one store call per key at a time; the others wait for its result
         // (until the deadline) and then spend from the lease it brought. In exact mode, and
-        // while the bucket showed slack at the last answer, a waiter says what it needs, so the
-        // next call asks for every waiter at once ([`Waiter`]).
+        // in strict mode while the bucket showed slack at the last answer (not for a
+        // concurrency limit), a waiter says what it needs, so the next call asks for every
+        // waiter at once ([`waiting::counts`]).
         let counts = waiting::counts(&bucket.lock(), &bucket.rate, charge.info.mode);
         let waiting = counts.then(|| Waiter::new(&bucket, charge.hits));
         let answered_before = bucket.lock().global_read_at;

@@ -329,9 +329,9 @@ impl BucketTable {
             // A starved key's lease is sized for its wait until its next turn, and is its share
             // of what refilled since the turn before it: kept as long as that wait may be.
             // A lease of rate's stock is kept while the reservation fills it: this instance's
-            // share of the rate, capped, and at most its share of the burst's top half (what a
-            // call took beyond the request's lack, `lease/policy.rs`), spent before the stock
-            // fills past its cap.
+            // share of the rate, capped, with what calls took beyond a request's lack (its
+            // share of the burst's top half, or a refill ahead: `lease/policy.rs`), spent
+            // before the stock fills past its cap.
             let lapsed = if state.rate_leased(now) {
                 false
             } else if state.queued {

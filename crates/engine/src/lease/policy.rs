@@ -111,7 +111,7 @@ impl Policy<'_> {
         // on a burst of 378, one hot: 202 store calls and a false denial, 106 and none with
         // the share; simulated).
         if state.rate_leased(now) {
-            let extra = self.extra_cap(rate, lacks, demand);
+            let extra = self.extra_cap(rate, lacks, missing, demand);
             let want = self
                 .fleet_share(rate.burst, missing)
                 .min(missing.saturating_add(extra));
@@ -127,9 +127,7 @@ impl Policy<'_> {
         let mut want = self.lease_size(mode, rate.burst, missing, demand);
         let share = self.fleet_share(rate.burst, missing);
         if !denying {
-            // The step a fleet in step makes is counted in requests, not in this instance's
-            // waiters: with them, a hot pod's extra was never capped at `n ≤ B < 2n`.
-            want = want.min(missing.saturating_add(self.extra_cap(rate, lacks, demand)));
+            want = want.min(missing.saturating_add(self.extra_cap(rate, lacks, missing, demand)));
         }
         // What the lease keeps if the store shows the key is not far from its limit after all,
         // and all it may take from below half the burst: this instance's share of it while it

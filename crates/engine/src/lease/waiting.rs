@@ -61,7 +61,8 @@ fn short_at(rate: &Rate, remaining: f64, sent: u64, locked: u64, hits: u64, aske
 }
 
 /// A request waiting for another request's store call on its key, when its waiters [`counts`]
-/// (exact mode; strict while the bucket showed slack at the last answer): its hits count in
+/// (exact mode; strict while the bucket showed slack at the last answer, but for a
+/// concurrency limit): its hits count in
 /// the key's `waiting` (so the next call asks for them too) until it stops waiting, also when
 /// its future is dropped (a client gone), so a count never outlives its waiter. In strict mode
 /// a lease can be a single token (`B = n`) or, with a lease of rate, what a request lacks: each

@@ -73,8 +73,8 @@ pub struct RateLease {
     /// (stocks of one token) in the simulator, and the store's bucket ran dry.
     pub dropped: u64,
     /// The store's bucket showed no slack at the last answer (under three quarters of its
-    /// burst, [`reserve::slack`]): the next call from an empty stock gives back the fraction
-    /// of a token it filled ([`sending`](Self::sending)).
+    /// burst, [`reserve::slack`]): the next call from an empty stock that has not yet filled a
+    /// whole token gives back the fraction it filled ([`sending`](Self::sending)).
     pub drained: bool,
     /// The stock has filled a whole token since its reservation began (from none): from then
     /// on its fills keep in step with its demand, and the fraction it holds is its own.
@@ -203,7 +203,9 @@ impl RateLease {
         if self.per_mille > 0 && per_mille > 0 && gap_end > from {
             self.carry += reserve::filled(rate, self.per_mille.min(per_mille), gap_end - from);
         }
-        if self.per_mille == 0 {
+        // A reservation begins from none: the last one granted nothing, or lapsed before this
+        // call was sent.
+        if self.per_mille == 0 || sent >= self.ends {
             self.filled_a_token = false;
         }
         self.per_mille = per_mille;

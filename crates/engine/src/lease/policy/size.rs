@@ -50,8 +50,9 @@ impl Policy<'_> {
         share.max(missing)
     }
 
-    /// The most a lease may ask beyond what its request lacks (`missing`) when the burst
-    /// covers the fleet's requests in step but not twice (`n ≤ B < 2n`, per `missing`): the
+    /// The most a lease may ask beyond `missing` (what its request lacks, `lacks`, and what
+    /// the requests waiting behind it need) when the burst covers the fleet's requests in step
+    /// but not twice (`n ≤ B < 2n`, per `lacks`): the
     /// bottom half of the burst cannot pay a step then, and extras from the top half took what
     /// the step's last callers needed (19 sidecars in step at 78% of 184 a second on a burst of
     /// 21, each leasing 1.5 requests a horizon rounded to 2: 3 of 1 007 requests denied that an
@@ -61,9 +62,17 @@ impl Policy<'_> {
     /// slices gets none and calls for each request, as it nearly did (1 012 calls for 1 007
     /// requests). Otherwise unbounded here: with `B ≥ 2n` the bottom half covers a step, and
     /// with `B < n` an exact limiter denies part of a step too; and for a concurrency limit,
-    /// whose slots are no rate to share (its leases' own rules apply).
-    pub(super) fn extra_cap(&self, rate: &Rate, missing: u64, demand_per_sec: f64) -> u64 {
-        let step = self.live.saturating_mul(missing.max(1));
+    /// whose slots are no rate to share (its leases' own rules apply). The slack is what the
+    /// step leaves with this instance's waiters in it: counted as the fleet's step, they lifted
+    /// the cap, and beside it they took what the step's last callers needed.
+    pub(super) fn extra_cap(
+        &self,
+        rate: &Rate,
+        lacks: u64,
+        missing: u64,
+        demand_per_sec: f64,
+    ) -> u64 {
+        let step = self.live.saturating_mul(lacks.max(1));
         if rate.burst < step || rate.burst / 2 >= step || rate.algorithm == Algorithm::Concurrency {
             return u64::MAX;
         }
@@ -72,7 +81,8 @@ impl Policy<'_> {
             return 0;
         }
         let share = (demand_per_sec / limit_per_sec).clamp(0.0, 1.0);
-        ((rate.burst - step) as f64 * share) as u64
+        let with_waiters = (step - lacks.max(1)).saturating_add(missing.max(lacks).max(1));
+        (rate.burst.saturating_sub(with_waiters) as f64 * share) as u64
     }
 
     /// The most a lease may hold: `max_lease_fraction` of the burst, or `missing` if more.

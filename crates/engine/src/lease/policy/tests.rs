@@ -431,7 +431,8 @@ fn waiters_count_in_strict_mode_only_while_the_bucket_shows_slack() {
 /// With `n ≤ B < 2n` a lease's extra beyond what it lacks is capped by a step counted in
 /// requests (`extra_cap`), not in this instance's waiters: counted with them, the step looked
 /// wider than the burst and the cap went (19 sidecars on a burst of 21 with leases of up to
-/// half of it: 11 tokens for 3 requests).
+/// half of it: 11 tokens for 3 requests). Its waiters are in the step the cap leaves room
+/// for: the other 18 requests and these 3 are the whole burst, so no extra.
 #[test]
 fn waiters_leave_the_cap_of_a_burst_under_twice_the_fleet() {
     let settings = EngineSettings {
@@ -445,7 +446,11 @@ fn waiters_leave_the_cap_of_a_burst_under_twice_the_fleet() {
     state.demand_per_sec = 150.0;
     state.rare_mut().waiting = 2;
     let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
-    assert_eq!((a.want, a.least), (4, 3), "3 requests and one extra: {a:?}");
+    assert_eq!((a.want, a.least), (3, 3), "3 requests, no extra: {a:?}");
+    // Without the waiters, one request and its extra of the 2 the step leaves (at 150 of 184).
+    state.rare_mut().waiting = 0;
+    let a = ask(p.next(&mut state, &r, Mode::Strict, 1, NOW));
+    assert_eq!((a.want, a.least), (2, 1), "{a:?}");
 }
 
 /// A key whose lease of rate fills asks the store for what its request lacks, and beyond it

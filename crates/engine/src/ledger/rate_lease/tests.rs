@@ -151,4 +151,17 @@ fn an_empty_stock_gives_back_its_fraction_only_to_a_drained_bucket() {
         999,
         "a new reservation's stock gives it back"
     );
+    // So does one renewed after its reservation lapsed (sent past the old one's end).
+    let mut r = RateLease::starting(0);
+    r.granted(&rate, 10_000, 0, 0, 1_000_000, 10.0);
+    let mut lease = 0;
+    r.fill(&rate, &mut lease, 199_900);
+    assert!(r.filled_a_token);
+    r.granted(&rate, 10_000, 900_000, 900_000, 1_000_000, 10.0);
+    assert!(r.filled_a_token, "renewed in time: still in step");
+    r.granted(&rate, 10_000, 2_000_000, 2_000_000, 1_000_000, 10.0);
+    assert!(
+        !r.filled_a_token,
+        "lapsed at 1.9 s, renewed at 2 s: a new stock"
+    );
 }
