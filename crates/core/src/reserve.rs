@@ -187,9 +187,9 @@ pub fn reservable(rate: &Rate, tokens: f64, asks: f64) -> u64 {
 
 /// Whether a bucket of `rate` holding `tokens` shows slack: three quarters of its burst or
 /// more, where [`reservable`] grants the whole reservable part. Below it the key nears its
-/// limit, and the engine stops what costs the bucket's tokens only there: an empty stock gives
-/// back the fraction of a token it filled, and the requests waiting for a key's call no longer
-/// ask for all of them in one call (`sluice_engine`'s `RateLease::sending` and `Waiter`).
+/// limit, and the engine changes what it does there: a new, empty stock gives back the
+/// fraction of a token it filled, and the requests waiting for a key's call no longer ask for
+/// all of them in one call (`sluice_engine`'s `RateLease::sending` and `waiting::counts`).
 pub fn slack(rate: &Rate, tokens: f64) -> bool {
     4.0 * tokens >= 3.0 * rate.burst as f64
 }
