@@ -173,8 +173,7 @@ impl Leaser {
         // in strict mode while the bucket showed slack at the last answer (not for a
         // concurrency limit), a waiter says what it needs, so the next call asks for every
         // waiter at once ([`waiting::counts`]).
-        let counts = waiting::counts(&bucket.lock(), &bucket.rate, charge.info.mode);
-        let waiting = counts.then(|| Waiter::new(&bucket, charge.hits));
+        let waiting = Waiter::counted(&bucket, charge.hits, charge.info.mode);
         let answered_before = bucket.lock().global_read_at;
         let flight = until(deadline, self.flight(&bucket).lock()).await;
         drop(waiting);

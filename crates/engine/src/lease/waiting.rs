@@ -62,9 +62,9 @@ fn short_at(rate: &Rate, remaining: f64, sent: u64, locked: u64, hits: u64, aske
 
 /// A request waiting for another request's store call on its key, when its waiters [`counts`]
 /// (exact mode; strict while the bucket showed slack at the last answer, but for a
-/// concurrency limit): its hits count in
-/// the key's `waiting` (so the next call asks for them too) until it stops waiting, also when
-/// its future is dropped (a client gone), so a count never outlives its waiter. In strict mode
+/// concurrency limit): its hits count in the key's `waiting` (so the next call asks for them
+/// too) until it stops waiting, also when its future is dropped (a client gone), so a count
+/// never outlives its waiter. In strict mode
 /// a lease can be a single token (`B = n`) or, with a lease of rate, what a request lacks: each
 /// waiter asking for its own in turn, a hot pod's requests behind a chain of round trips waited
 /// out the store's timeout (43 sidecars at 67% of 296 a second on a burst of 43, one hot: 14 of
@@ -91,11 +91,16 @@ pub(super) fn counts(state: &LeaseState, rate: &Rate, mode: Mode) -> bool {
 }
 
 impl<'a> Waiter<'a> {
-    pub(super) fn new(bucket: &'a LeaseBucket, hits: u64) -> Self {
+    /// A waiter for `hits` on `bucket` in `mode`, if its key's waiters [`counts`]: judged and
+    /// counted under one lock of the key.
+    pub(super) fn counted(bucket: &'a LeaseBucket, hits: u64, mode: Mode) -> Option<Self> {
         let mut state = bucket.lock();
+        if !counts(&state, &bucket.rate, mode) {
+            return None;
+        }
         let waiting = &mut state.rare_mut().waiting;
         *waiting = waiting.saturating_add(hits);
-        Self { bucket, hits }
+        Some(Self { bucket, hits })
     }
 }
 

@@ -103,8 +103,9 @@ pub struct Rare {
     /// time on, before its turn (0: no such call; [`LeaseState::early_call_due`]).
     pub early_at: u64,
     /// Hits of the requests waiting for another request's store call on this key (exact mode,
-    /// or strict while the bucket shows slack: `lease::waiting::counts`). The call in flight's successor asks for them all at once, so
-    /// concurrent requests of one key share a round trip instead of queueing for one each.
+    /// or strict while the bucket shows slack: `lease::waiting::counts`). The call in flight's
+    /// successor asks for them all at once, so concurrent requests of one key share a round
+    /// trip instead of queueing for one each.
     pub waiting: u64,
     /// Leases of rate (`EngineSettings::rate_lease_ttl`): this key's reservation and its stock.
     pub rate_lease: Option<super::rate_lease::RateLease>,

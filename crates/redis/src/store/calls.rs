@@ -254,8 +254,8 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
 /// `lease.lua`'s own arguments (ARGV[6..15]), in its order: the ask, the caller as a holder
 /// (of concurrency slots and of reservations: this instance's number, whatever the engine
 /// named), the reservation asked for (a flag, thousandths per period, ttl, thousandths of a
-/// token given back), below what a grant joins a queue with turns to come, and what the caller's next
-/// request lacks at most.
+/// token given back), below what a grant joins a queue with turns to come, and what the
+/// caller's next request lacks at most.
 pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 11] {
     let (flag, per_mille, ttl, back) = match ask.reserve {
         Some(r) => (1, r.per_mille, r.ttl_micros, r.give_back_milli),
