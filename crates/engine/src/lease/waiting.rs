@@ -117,7 +117,9 @@ mod tests {
     use sluice_core::Unit;
     use sluice_core::bucket::Rate;
 
-    use super::short_at;
+    use super::{Waiter, short_at};
+    use crate::bucket::LeaseBucket;
+    use sluice_core::config::Mode;
 
     /// 100 a second: a token every 10 ms.
     fn rate() -> Rate {
@@ -153,5 +155,30 @@ mod tests {
     #[test]
     fn a_request_the_bucket_can_never_pay_is_short() {
         assert!(short_at(&rate(), 0.0, 0, 4_000, 11, u64::MAX));
+    }
+
+    /// A waiter's hits count while it waits and leave with it, also when a client vanishes and
+    /// its request's future (and so its waiter) is dropped first; a strict key whose bucket
+    /// showed no slack counts none, an exact one always.
+    #[test]
+    fn waiters_count_while_they_wait_and_leave_with_their_clients() {
+        let waiting = |b: &LeaseBucket| b.lock().rare().waiting;
+        let strict = LeaseBucket::new(b"k", rate(), Mode::Strict, 1, 0);
+        let a = Waiter::counted(&strict, 2, Mode::Strict).expect("never read: counted");
+        let b = Waiter::counted(&strict, 3, Mode::Strict).expect("counted");
+        assert_eq!(waiting(&strict), 5);
+        drop(a); // the first client is gone
+        assert_eq!(waiting(&strict), 3);
+        drop(b);
+        assert_eq!(waiting(&strict), 0);
+        strict.lock().read_global(7.0, 0); // under three quarters of 10
+        assert!(Waiter::counted(&strict, 1, Mode::Strict).is_none());
+        assert_eq!(waiting(&strict), 0);
+        let exact = LeaseBucket::new(b"k", rate(), Mode::Exact, 1, 0);
+        exact.lock().read_global(0.0, 0);
+        let c = Waiter::counted(&exact, 4, Mode::Exact).expect("exact: always");
+        assert_eq!(waiting(&exact), 4);
+        drop(c);
+        assert_eq!(waiting(&exact), 0);
     }
 }
