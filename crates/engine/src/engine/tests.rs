@@ -52,19 +52,34 @@ fn engine_on(store: Arc<dyn GlobalStore>, clock: &ManualClock, settings: EngineS
     )
 }
 
-/// `n` engines ("sidecars") with the rules of `config` on one `store` and `clock`.
-fn fleet_on(config: &str, store: &Arc<Forwarding>, clock: &ManualClock, n: usize) -> Vec<Engine> {
+/// `n` engines ("sidecars") with the rules of `config` and `settings` on one `store` and
+/// `clock`.
+fn fleet_with(
+    config: &str,
+    store: &Arc<Forwarding>,
+    clock: &ManualClock,
+    n: usize,
+    settings: &EngineSettings,
+) -> Vec<Engine> {
     (0..n)
         .map(|_| {
             Engine::new(
                 parse_config(config).expect("config").rules,
                 store.clone(),
                 Arc::new(clock.clone()),
-                EngineSettings::default(),
+                settings.clone(),
                 EngineMetrics::unregistered(),
             )
         })
         .collect()
+}
+
+/// Leases of rate on (`engine.rate_lease_ttl: 10s`), every other setting a default.
+fn rate_leases() -> EngineSettings {
+    EngineSettings {
+        rate_lease_ttl: Some(std::time::Duration::from_secs(10)),
+        ..EngineSettings::default()
+    }
 }
 
 /// Runs `run` to its end on a runtime of its own (a property test's case is a plain function).

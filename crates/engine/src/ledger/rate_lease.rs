@@ -253,12 +253,22 @@ impl RateLease {
 
 /// A key's state and its lease of rate (in the boxed rare part: most keys have none).
 impl super::LeaseState {
-    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
+    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one). The
+    /// fallback's local bucket starts empty from where the stock has filled to, as it does
+    /// from each grant (`add_grant`): it refills at this instance's share of `L` from then,
+    /// and the stock had paid this instance's requests meanwhile, so an outage counted that
+    /// time twice (1 sidecar at 3× the limit, 80% of it reserved, the store gone 100 ms after
+    /// the last grant: 9 requests beyond a quarter second's 25, 6.4 tokens over `B + L·w`; the
+    /// outage property with leases of rate on. Token leases stay within it on those arrivals).
     pub fn fill(&mut self, rate: &Rate, now: u64) {
         if let Some(rare) = self.rare.as_deref_mut()
             && let Some(r) = rare.rate_lease.as_mut()
+            && r.per_mille > 0
         {
             r.fill(rate, &mut self.lease, now);
+            if r.filled_to > self.local.updated_micros {
+                self.local = sluice_core::bucket::BucketState::empty(r.filled_to);
+            }
         }
     }
 
@@ -276,6 +286,15 @@ impl super::LeaseState {
             .rate_lease
             .as_ref()
             .is_some_and(RateLease::recorded)
+    }
+
+    /// Whether this key's stock has dropped whole tokens it was full for (kept aside to give
+    /// back): its demand is below its reservation.
+    pub fn rate_lease_dropped(&self) -> bool {
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.dropped > 0)
     }
 
     /// Whether this key has a lease of rate (filling now or lapsed), which ending would tell

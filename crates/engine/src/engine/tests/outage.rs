@@ -101,9 +101,14 @@ fn leased(engines: &[Engine]) -> u64 {
 /// above what it held (`B − level at the end`), and what was leased after the store returned
 /// while another engine had not yet charged its debt.
 async fn run(n: usize, outage: Outage) -> Seen {
+    run_with(n, outage, &EngineSettings::default()).await
+}
+
+/// [`run`] on engines with `settings`.
+async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
     let clock = ManualClock::at(1_000_000);
     let store = Forwarding::new(&clock, Mode::Up, n as u64);
-    let engines = fleet_on(OUTAGE_CONFIG, &store, &clock, n);
+    let engines = fleet_with(OUTAGE_CONFIG, &store, &clock, n, settings);
     let rate = Rate::per_unit(100, sluice_core::unit::Unit::Second);
     let descriptors = [d(&[("k", "v")])];
     let request = RateLimitRequest {
@@ -325,5 +330,87 @@ fn stays_within_the_slack(before: (u64, u64), during: (u64, u64), after: (u64, u
         flushed: false,
     };
     let seen = on_own_runtime(run(2, outage));
+    assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
+}
+
+/// Leases of rate through an outage: one sidecar at 3× the limit, 80% of it reserved, the
+/// store gone for 3 s and back. The fallback's local bucket refilled from the last grant while
+/// the stock paid the requests since, so the outage's first quarter second admitted 34, not 25,
+/// and a window was 6.4 tokens over `B + L·w` (token leases: within, on the same arrivals).
+/// The second case is the one the outage property drew with leases of rate on (174 a second,
+/// then 2.2 s of outage at 104): 0.02 of a token over.
+#[test]
+fn with_leases_of_rate_an_outage_keeps_the_bound() {
+    let spell = |(rps, millis)| Spell { rps, millis };
+    for (before, during, after) in [
+        ((300, 3_000), (300, 3_000), (300, 2_000)),
+        ((174, 1_225), (104, 2_212), (5, 1_000)),
+    ] {
+        let outage = Outage {
+            before: spell(before),
+            during: spell(during),
+            after: spell(after),
+            flushed: false,
+        };
+        let seen = on_own_runtime(run_with(1, outage, &rate_leases()));
+        assert!(
+            seen.worst_excess <= seen.slack + 1e-6,
+            "{outage:?}: {seen:?}"
+        );
+    }
+}
+
+/// Leases of rate and a store that comes back empty (a restarted Redis without persistence):
+/// it forgets every reservation and refills at `L`, while each sidecar's stock fills at its
+/// share until its ttl (up to 10 s of 80% of `L`). Two sidecars at 48 a second, a 0.1 s
+/// outage, then 173 a second: 0.11 of a token beyond the stated slack, which names only the
+/// burst a flushed store comes back with. Not fixed (issue 42's note): a sidecar cannot tell
+/// yet that the store lost its reservation.
+#[test]
+#[ignore = "leases of rate: a flushed store forgets reservations while stocks fill (issue 42)"]
+fn with_leases_of_rate_a_flushed_store_keeps_the_bound() {
+    let outage = Outage {
+        before: Spell {
+            rps: 48,
+            millis: 2_417,
+        },
+        during: Spell {
+            rps: 29,
+            millis: 100,
+        },
+        after: Spell {
+            rps: 173,
+            millis: 1_850,
+        },
+        flushed: true,
+    };
+    let seen = on_own_runtime(run_with(2, outage, &rate_leases()));
+    assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
+}
+
+/// The over-limit outage property with leases of rate on, the store paused, drew this once
+/// (three sidecars, 248 a second, a 0.45 s outage at 236, then 190): a window 0.0007 of a
+/// token beyond the stated slack (9.0007 against 9.0), as the two token-lease fleets above are
+/// by 0.0015 and 0.49. Unexplained like them; the property itself does not run with leases of
+/// rate yet for that reason (issue 42's note).
+#[test]
+#[ignore = "leases of rate: 0.0007 of a token beyond the outage bound's slack; unexplained (issue 42)"]
+fn with_leases_of_rate_a_fleet_the_property_found_stays_within_the_slack() {
+    let outage = Outage {
+        before: Spell {
+            rps: 248,
+            millis: 1_150,
+        },
+        during: Spell {
+            rps: 236,
+            millis: 450,
+        },
+        after: Spell {
+            rps: 190,
+            millis: 1_000,
+        },
+        flushed: false,
+    };
+    let seen = on_own_runtime(run_with(3, outage, &rate_leases()));
     assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
 }
