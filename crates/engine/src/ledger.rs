@@ -130,18 +130,21 @@ pub fn settle(
                     s.spend(mode, &rate, now, t.hits);
                 }
                 // Not for a starved key (`queued`): its next call is its turn, sized by the
-                // demand it saw, which a refill ahead would cut short. Its lease of rate is
-                // renewed all the same once its stock overflows (the demand fell below the
-                // reservation): a key its stock pays makes no next call, and a reservation
+                // demand it saw, which a refill ahead would cut short. Its lease of rate, when
+                // due and its turn has come, is renewed all the same once its stock drops
+                // tokens (full: its demand fell below the reservation, or a turn's grant
+                // filled the lease): a key its stock pays makes no next call, and a reservation
                 // granted while it was starved (80% of `L` to one sidecar at 2.9× the limit)
                 // stayed with it after its demand fell to 20% of `L`, until its ttl, while a
                 // fleet at 80% of `L` was denied half its requests (`engine/tests/fleet.rs`,
                 // leases of rate). Not while its stock is spent as it fills: every starved
                 // sidecar's renewal in the last quarter of its ttl doubled a starved key's
                 // calls (128 sidecars at 4× `L`: 10 a second settled, 20 so; simulated).
-                let due = s.rate_lease_due(&t.rate, now) && (!s.queued || s.rate_lease_dropped());
-                refill_ahead = mode == Mode::Strict
-                    && t.store == StoreStatus::Up
+                let strict_up = mode == Mode::Strict && t.store == StoreStatus::Up;
+                let due = strict_up
+                    && s.rate_lease_due(&t.rate, now)
+                    && (!s.queued || s.rate_lease_dropped());
+                refill_ahead = strict_up
                     && (s.lease_is_low() || due)
                     && now >= s.retry_at()
                     && (!s.queued || due);

@@ -289,7 +289,7 @@ impl super::LeaseState {
     }
 
     /// Whether this key's stock has dropped whole tokens it was full for (kept aside to give
-    /// back): its demand is below its reservation.
+    /// back): its demand is below its reservation, or a grant of tokens filled the lease.
     pub fn rate_lease_dropped(&self) -> bool {
         self.rare()
             .rate_lease

@@ -301,7 +301,7 @@ proptest! {
 /// then all four 80. The starved sidecar's stock paid its requests, so it made no call, and a
 /// key waiting for its turn (`queued`) was not renewed ahead: it kept 80 a second for its 20
 /// until the ttl lapsed while the other three shared the 20 left (281 of 560 requests denied
-/// in the first 7 s at 80%, 39 of 400 in the 5 s after; the fleet property below, with leases
+/// in the first 7 s at 80%, 39 of 400 in the 5 s after; the fleet property above, with leases
 /// of rate on, found it). A renewal now goes ahead while queued.
 #[tokio::test]
 async fn with_leases_of_rate_a_reservation_follows_demand_down() {
