@@ -57,6 +57,18 @@ async fn until_global(e: &sluice_engine::Engine, tag: &str, limit: Duration) -> 
     unreachable!()
 }
 
+/// Asks the sentinels every 20 ms until they name `port` as the master; fails after `within`.
+async fn until_master(sentinel: &Sentinel, port: u16, within: Duration) {
+    let asked = Instant::now();
+    while sentinel.master_port().await != port {
+        assert!(
+            asked.elapsed() < within,
+            "the sentinels do not name {port} as master within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_follows_the_master_through_failovers() {
     let started = Instant::now();
@@ -97,13 +109,7 @@ async fn the_store_follows_the_master_through_failovers() {
     ]))
     .await;
     let asked = Instant::now();
-    while sentinel.master_port().await != second {
-        assert!(
-            asked.elapsed() < Duration::from_secs(15),
-            "no failover within 15 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_master(&sentinel, second, Duration::from_secs(15)).await;
     let switched = Instant::now();
     for i in 0.. {
         decide(&e, "deny", &format!("promoted-{i}")).await;
@@ -135,14 +141,7 @@ async fn the_store_follows_the_master_through_failovers() {
     println!("master killed: decided by Redis again {took:?} later");
     // The sentinels' answer may lag the store's own view (a CI run read the dead master's port
     // right after a decision was made by Redis again): asked until it names the first.
-    let waited = Instant::now();
-    while sentinel.master_port().await != first {
-        assert!(
-            waited.elapsed() < Duration::from_secs(20),
-            "the first is not master again within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_master(&sentinel, first, Duration::from_secs(20)).await;
     let calls = common::script_calls(&url(first)).await;
     until_global(&e, "after-death-again", Duration::from_secs(1)).await;
     assert!(
