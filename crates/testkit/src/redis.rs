@@ -63,32 +63,25 @@ impl Cluster {
         Self::start_with(0).await
     }
 
-    /// Starts 3 masters with `replicas` replicas each (failover tests need 1).
+    /// Starts 3 masters with `replicas` replicas each (failover tests need 1). A node that does
+    /// not answer within 20 s (its port taken by another process since the pick, say) fails the
+    /// attempt with its log (a port held by a server that never answers: each ping gives up after
+    /// 1 s), and the cluster is started again on another block (three in all).
     pub async fn start_with(replicas: u16) -> Self {
-        let count = 3 * (1 + replicas);
-        let base = free_block(count);
-        let ports: Vec<u16> = (base..base + count).collect();
-        let servers: String = ports
-            .iter()
-            .map(|p| {
-                format!(
-                    "redis-server --port {p} --cluster-enabled yes --cluster-config-file /tmp/nodes-{p}.conf \
-                     --cluster-node-timeout 2000 --bind 127.0.0.1 --protected-mode no --save '' --appendonly no \
-                     --daemonize yes --logfile /tmp/redis-{p}.log; "
-                )
-            })
-            .collect();
-        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let script = format!(
-            "{servers} sleep 0.5; \
-             redis-cli --cluster create {} --cluster-replicas {replicas} --cluster-yes > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}; \
-             until redis-cli -p {} cluster info | grep -q cluster_state:ok; do sleep 0.1; done; \
-             echo sluice-cluster-ready; exec sleep infinity",
-            nodes.join(" "),
-            ports[0]
-        );
-        let container = on_host_network(&script, "sluice-cluster-ready", "Redis Cluster").await;
-        Self { container, ports }
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let ports = {
+                let count = 3 * (1 + replicas);
+                let base = free_block(count);
+                (base..base + count).collect::<Vec<u16>>()
+            };
+            match try_host_network(&cluster_script(&ports, replicas), "sluice-cluster-ready").await
+            {
+                Ok(container) => return Self { container, ports },
+                Err(e) => failures.push(format!("ports {}..: {e}", ports[0])),
+            }
+        }
+        panic!("start Redis Cluster: three attempts failed: {failures:#?}")
     }
 
     /// The nodes as `redis://127.0.0.1:PORT` URLs.
@@ -197,9 +190,52 @@ impl Sentinel {
     }
 }
 
+/// The shell script that starts a cluster's nodes on `ports`, waits until each answers (the
+/// servers daemonize before they bind, so a fixed sleep raced a loaded machine: CI once saw
+/// `--cluster create` refused), joins them and waits for `cluster_state:ok`.
+fn cluster_script(ports: &[u16], replicas: u16) -> String {
+    let servers: String = ports
+        .iter()
+        .map(|p| {
+            format!(
+                "redis-server --port {p} --cluster-enabled yes --cluster-config-file /tmp/nodes-{p}.conf \
+                 --cluster-node-timeout 2000 --bind 127.0.0.1 --protected-mode no --save '' --appendonly no \
+                 --daemonize yes --logfile /tmp/redis-{p}.log; "
+            )
+        })
+        .collect();
+    let answering: String = ports
+        .iter()
+        .map(|p| {
+            format!(
+                "n=0; until timeout 1 redis-cli -p {p} ping 2>/dev/null | grep -q PONG; do \
+                 n=$((n+1)); [ $n -gt 400 ] && {{ echo node {p} never answered; cat /tmp/redis-{p}.log; exit 1; }}; \
+                 sleep 0.05; done; "
+            )
+        })
+        .collect();
+    let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    format!(
+        "{servers}{answering} \
+         redis-cli --cluster create {} --cluster-replicas {replicas} --cluster-yes > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}; \
+         until redis-cli -p {} cluster info | grep -q cluster_state:ok; do sleep 0.1; done; \
+         echo sluice-cluster-ready; exec sleep infinity",
+        nodes.join(" "),
+        ports[0]
+    )
+}
+
 /// A container of the Redis image on the host's network running `script` (sh), started once it
 /// prints `ready`.
 async fn on_host_network(script: &str, ready: &str, what: &str) -> ContainerAsync<GenericImage> {
+    (try_host_network(script, ready).await).unwrap_or_else(|e| panic!("start {what}: {e}"))
+}
+
+/// [`on_host_network`], the failure returned.
+async fn try_host_network(
+    script: &str,
+    ready: &str,
+) -> Result<ContainerAsync<GenericImage>, testcontainers::TestcontainersError> {
     image()
         .with_wait_for(WaitFor::message_on_stdout(ready))
         .with_entrypoint("sh")
@@ -208,7 +244,6 @@ async fn on_host_network(script: &str, ready: &str, what: &str) -> ContainerAsyn
         .with_startup_timeout(Duration::from_secs(60))
         .start()
         .await
-        .unwrap_or_else(|e| panic!("start {what}: {e}"))
 }
 
 /// Starts the container `request(port)` describes, `port` a free host port; if the port was taken
