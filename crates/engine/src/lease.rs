@@ -309,6 +309,9 @@ impl Leaser {
             Ok(grant) => grant,
             Err(e) => {
                 tracing::debug!(store = self.store.name(), error = %e, "lease failed; the rule's fallback applies");
+                if !matches!(e, StoreError::Timeout) {
+                    bucket.lock().rate_lease_unsent();
+                }
                 return Some(e);
             }
         };

@@ -68,6 +68,18 @@ type KeyId = u128;
 type Demand = (u64, u64, u64);
 
 impl<C: Clock> MemoryStore<C> {
+    /// Every reservation `key`'s bucket keeps now (`R`, thousandths of a token per period; the
+    /// bucket brought up to now, as any call brings it): what the outage tests hold a sidecar's
+    /// last answer against.
+    #[cfg(test)]
+    pub(crate) fn reserved_all(&self, key: &str) -> u64 {
+        let now = self.clock.now_micros();
+        self.buckets.get_mut(&self.id(key)).map_or(0, |mut b| {
+            b.advance(now);
+            b.reserved.as_ref().map_or(0, |r| r.granted())
+        })
+    }
+
     /// An empty store with no bound on its size (tests, benchmarks).
     pub fn new(clock: C) -> Arc<Self> {
         Self::with_max_keys(clock, usize::MAX)
@@ -255,6 +267,7 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
                     stored.reserved = None;
                 }
             }
+            grant.reserved_all = stored.reserved.as_ref().map_or(0, |h| h.granted());
             if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {

@@ -34,6 +34,10 @@ pub struct LeaseGrant {
     /// per period granted ([`sluice_core::reserve`]), from the store's answer on until the
     /// call's send time plus the ttl. `None`: none was asked for, or the store keeps none.
     pub reserved: Option<u64>,
+    /// Every live reservation of the bucket after the call, summed (`R`, thousandths of a token
+    /// per period): the store refills the bucket at `L − R`, which is what a `local_share`
+    /// fallback shares and is charged against after an outage. 0 where nothing is reserved.
+    pub reserved_all: u64,
 }
 
 impl LeaseGrant {
@@ -50,6 +54,7 @@ impl LeaseGrant {
                 .then(|| sluice_core::window::until_window_end(rate, now)),
             turn_in: None,
             reserved: None,
+            reserved_all: 0,
         }
     }
 }

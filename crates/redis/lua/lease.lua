@@ -12,13 +12,15 @@
 --          `q` is ahead of now; once the queue has run out, when the bucket holds what the caller
 --          lacks (1 µs to the gap from now; sluice_engine::next_turn). Starved sidecars then ask
 --          again one per gap, however many they are.
--- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved}: granted = min(want, floor
+-- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved, reserved_all}:
+--          granted = min(want, floor
 --          of what is available, max(least, floor of what is available above half the burst));
 --          remaining is what is available after the grant, in thousandths of a token, rounded
 --          down; window and ends_in (µs) name the window the tokens belong to and when it ends
 --          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none);
---          reserved is ARGV[11]'s grant (-1: none asked for). The arithmetic is
---          BucketState::take_keeping_half's.
+--          reserved is ARGV[11]'s grant (-1: none asked for); reserved_all is every live
+--          reservation's grant after the call (`R`, thousandths of a token per period: the bucket
+--          refills at `L − R`). The arithmetic is BucketState::take_keeping_half's.
 -- ARGV[10] concurrency (algorithm 3): the caller's holder id. The grant is added to what it
 --          holds, and every call (a grant of 0 too) moves its lapse on (bucket.lua's `holders`);
 --          ends_in is the hold timeout: the caller's slots lapse then unless it calls again; and
@@ -97,4 +99,4 @@ if gap > 0 and (granted < below or granted < queue_below) then
 end
 local window, ends_in = window_answer()
 if algorithm == 3 then window = held_by(ARGV[10]) end
-return {granted, math.floor(available() * 1000), window, ends_in, turn_in, reserved_now}
+return {granted, math.floor(available() * 1000), window, ends_in, turn_in, reserved_now, reserved}

@@ -230,14 +230,22 @@ fn lease_asking(
 
 /// What a grant shows, with its remaining tokens as `milli` thousandths.
 fn seen_grant(g: &LeaseGrant, milli: i64) -> Seen {
-    (g.granted, milli, g.window, g.ends_in, g.turn_in, g.reserved)
+    (
+        g.granted,
+        milli,
+        g.window,
+        g.ends_in,
+        g.turn_in,
+        g.reserved,
+        g.reserved_all,
+    )
 }
 
 const START: u64 = 1_700_000_000_000_000;
 
 /// What each operation saw: (granted, remaining millitokens, the grant's window and its end,
-/// the caller's turn, its reservation).
-type Seen = (u64, i64, u64, Option<u64>, Option<u64>, Option<u64>);
+/// the caller's turn, its reservation, every reservation of the bucket).
+type Seen = (u64, i64, u64, Option<u64>, Option<u64>, Option<u64>, u64);
 
 /// What each operation saw on the in-memory store. Releases name the window of the last grant.
 async fn on_memory(c: &Case) -> Vec<Seen> {
@@ -265,11 +273,11 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("release");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Peek => {
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Close => {
                 store
@@ -277,7 +285,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("close");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
@@ -288,6 +296,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     g.ends_in,
                     g.turn_in,
                     g.reserved,
+                    g.reserved_all,
                 )
             }
         });
@@ -325,18 +334,18 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     .release_at(key, c.rate, n, window, Some(now))
                     .await
                     .expect("release");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Peek => {
                 let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Close => {
                 let left = store
                     .close_at(key, c.rate, window, Some(now))
                     .await
                     .expect("close");
-                (0, milli(left), 0, None, None, None)
+                (0, milli(left), 0, None, None, None, 0)
             }
             Op::Charge(n, debt) => {
                 let g = store
@@ -350,6 +359,7 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     g.ends_in,
                     g.turn_in,
                     g.reserved,
+                    g.reserved_all,
                 )
             }
         });

@@ -92,6 +92,7 @@ impl Engine {
                 ends_in: None,
                 turn_in: None,
                 reserved: None,
+                reserved_all: 0,
             });
         }
         let leaser = &self.leaser;

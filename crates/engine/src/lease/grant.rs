@@ -28,6 +28,9 @@ impl Policy<'_> {
         state.expire(now);
         state.fill(rate, arrived);
         apply_reserved(state, rate, ask, grant, now, arrived);
+        if grant.reserved_all != state.rare().store_reserved {
+            state.rare_mut().store_reserved = grant.reserved_all;
+        }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         let concurrency = rate.algorithm == Algorithm::Concurrency;
         // A concurrency limit's fallback bucket holds slots, which never refill: it keeps what

@@ -56,6 +56,17 @@ impl Terms {
     /// The mode and rate the bucket is decided with: its own, or this instance's share of the
     /// limit in a local bucket while the store is down (`fallback: local_share`).
     pub fn effective(&self) -> (Mode, Rate) {
+        self.effective_reserving(0)
+    }
+
+    /// [`effective`](Self::effective) for a key whose store kept `reserved` of its rate for
+    /// leases of rate at its last answer (`Rare::store_reserved`, thousandths of a token per
+    /// period): the fallback shares what the store refills the bucket with, `L − R` (whole
+    /// tokens a period, rounded down), not `L`. The reservations' stocks fill through an outage
+    /// and pay their own sidecars; a share of `L` beside them admitted both (one sidecar's
+    /// stock at 80% of `L` and the other's fallback at `L/2`: 0.08 of a token over `B + L·t`
+    /// in a 0.6 s outage; the outage property with leases of rate).
+    pub fn effective_reserving(&self, reserved: u64) -> (Mode, Rate) {
         match self.store {
             StoreStatus::Down {
                 fallback: Fallback::LocalShare,
@@ -65,11 +76,15 @@ impl Terms {
                 // A concurrency limit's share is slots, never refilled (they come back as
                 // requests end).
                 let concurrency = self.rate.algorithm == Algorithm::Concurrency;
+                let refilled = self
+                    .rate
+                    .requests_per_unit
+                    .saturating_sub(reserved.div_ceil(sluice_core::reserve::PER_MILLE));
                 let share = Rate {
                     requests_per_unit: if concurrency {
                         0
                     } else {
-                        (self.rate.requests_per_unit / n).max(1)
+                        (refilled / n).max(1)
                     },
                     unit: self.rate.unit,
                     unit_multiplier: self.rate.unit_multiplier,
@@ -188,7 +203,7 @@ impl Terms {
                 ..
             } => Err(Denial::StoreDown),
             _ => {
-                let (mode, rate) = self.effective();
+                let (mode, rate) = self.effective_reserving(state.rare().store_reserved);
                 let have = if self.hits == 0 {
                     // A peek counts the global bucket too, as far as this instance knows it.
                     state.remaining(mode, &rate, now).floor().max(0.0) as u64

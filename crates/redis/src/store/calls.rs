@@ -248,6 +248,7 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
         ends_in: u64::try_from(ends_in).ok(),
         turn_in: None,
         reserved: None,
+        reserved_all: 0,
     }
 }
 
@@ -277,13 +278,22 @@ pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 11] {
 }
 
 /// `lease.lua`'s answer: a grant, the caller's turn in the key's queue of starved callers
-/// (-1: none), and its reservation (-1: none asked for).
+/// (-1: none), its reservation (-1: none asked for), and every reservation of the bucket.
 pub(super) fn lease_grant_of(
-    (granted, milli, window, ends_in, turn_in, reserved): (u64, i64, u64, i64, i64, i64),
+    (granted, milli, window, ends_in, turn_in, reserved, reserved_all): (
+        u64,
+        i64,
+        u64,
+        i64,
+        i64,
+        i64,
+        u64,
+    ),
 ) -> LeaseGrant {
     LeaseGrant {
         turn_in: u64::try_from(turn_in).ok(),
         reserved: u64::try_from(reserved).ok(),
+        reserved_all,
         ..grant_of((granted, milli, window, ends_in))
     }
 }
