@@ -59,6 +59,11 @@ pub struct Reservations {
     granted: u64,
     /// Every live ask, summed.
     asked: u64,
+    /// A time no reservation lapses after (`bucket.lua`'s `z`): the latest expiry granted since
+    /// the reservations were last empty. An upper bound, not the latest live expiry: a renewal
+    /// to an earlier end leaves it where it was, so the Lua never reads every holder to answer
+    /// it. What a lease answer tells a sidecar `R` holds until ([`ends_in`](Self::ends_in)).
+    end: Option<u64>,
 }
 
 impl Reservations {
@@ -75,6 +80,15 @@ impl Reservations {
     /// `holder`'s reservation, if it has one.
     pub fn held_by(&self, holder: u64) -> Option<&Held> {
         self.held.iter().find(|h| h.holder == holder)
+    }
+
+    /// Microseconds from `now` until every reservation has lapsed, at the latest (0: none is
+    /// live). Until then the bucket refills at `L − R` or faster; after it, at `L`.
+    pub fn ends_in(&self, now: u64) -> u64 {
+        if self.held.is_empty() {
+            return 0;
+        }
+        self.end.map_or(0, |end| end.saturating_sub(now))
     }
 
     /// When the last reservation lapses (`None`: there is none).
@@ -98,6 +112,9 @@ impl Reservations {
             self.granted -= h.granted;
             self.asked -= h.asked;
             self.held.retain(|x| x.holder != h.holder);
+        }
+        if self.held.is_empty() {
+            self.end = None;
         }
         refill_reduced(bucket, rate, self.granted, now);
     }
@@ -124,6 +141,9 @@ impl Reservations {
             let old = self.held.swap_remove(at);
             self.granted -= old.granted;
             self.asked -= old.asked;
+            if self.held.is_empty() {
+                self.end = None;
+            }
         }
         let most = rate.requests_per_unit as f64 * RESERVABLE_PER_MILLE as f64;
         if asked == 0
@@ -145,12 +165,14 @@ impl Reservations {
             asked
         };
         let granted = asked.min(fair).min(total.saturating_sub(self.granted));
+        let until = now.saturating_add(ttl.min(MAX_TTL_MICROS));
         self.held.push(Held {
             holder,
             granted,
             asked,
-            until: now.saturating_add(ttl.min(MAX_TTL_MICROS)),
+            until,
         });
+        self.end = Some(self.end.map_or(until, |end| end.max(until)));
         self.granted += granted;
         self.asked = all_asked;
         granted

@@ -203,10 +203,15 @@ impl Leaser {
             }
         };
         // A call cut off here may still take tokens in the store: they are lost for a while
-        // (stricter, never looser), as after any store timeout.
-        let failed = until(deadline, call)
-            .await
-            .unwrap_or(Some(StoreError::Timeout));
+        // (stricter, never looser), as after any store timeout. Its stock of rate fills on
+        // (`RateLease::failed`), as after any failed call.
+        let failed = match until(deadline, call).await {
+            Some(failed) => failed,
+            None => {
+                bucket.lock().rate_lease_failed();
+                Some(StoreError::Timeout)
+            }
+        };
         if let Some(e) = failed {
             charge.store = match e {
                 StoreError::Full => {
@@ -309,9 +314,7 @@ impl Leaser {
             Ok(grant) => grant,
             Err(e) => {
                 tracing::debug!(store = self.store.name(), error = %e, "lease failed; the rule's fallback applies");
-                if !matches!(e, StoreError::Timeout) {
-                    bucket.lock().rate_lease_unsent();
-                }
+                bucket.lock().rate_lease_failed();
                 return Some(e);
             }
         };

@@ -117,7 +117,7 @@ pub fn settle(
         .zip(states.iter_mut())
         .zip(&paid)
         .map(|((t, s), p)| {
-            let (mode, rate) = t.effective_reserving(s.rare().store_reserved);
+            let (mode, rate) = t.effective_reserving(s.store_reserved(now));
             let mut refill_ahead = false;
             if allowed && p.is_ok() && t.hits > 0 && !t.forced() {
                 if let Some(instances) = t.owes_store() {

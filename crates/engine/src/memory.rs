@@ -267,7 +267,10 @@ impl<C: Clock> GlobalStore for MemoryStore<C> {
                     stored.reserved = None;
                 }
             }
-            grant.reserved_all = stored.reserved.as_ref().map_or(0, |h| h.granted());
+            if let Some(held) = stored.reserved.as_ref() {
+                grant.reserved_all = held.granted();
+                grant.reserved_ends_in = held.ends_in(now);
+            }
             if ask.turn_gap > 0 && (granted < ask.starved_below || granted < ask.queue_below) {
                 let mut end = self.turns.entry(self.id(key)).or_insert(0);
                 if granted < ask.starved_below || *end > now {

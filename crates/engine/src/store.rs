@@ -38,6 +38,9 @@ pub struct LeaseGrant {
     /// per period): the store refills the bucket at `L − R`, which is what a `local_share`
     /// fallback shares and is charged against after an outage. 0 where nothing is reserved.
     pub reserved_all: u64,
+    /// Microseconds from the store's now until every reservation of the bucket has lapsed, at
+    /// the latest (`Reservations::ends_in`; 0 with none): `R` holds no longer than that.
+    pub reserved_ends_in: u64,
 }
 
 impl LeaseGrant {
@@ -55,6 +58,7 @@ impl LeaseGrant {
             turn_in: None,
             reserved: None,
             reserved_all: 0,
+            reserved_ends_in: 0,
         }
     }
 }

@@ -24,6 +24,9 @@ pub(crate) enum Mode {
     Down = 1,
     /// Has no room for any key (`StoreError::Full`).
     Full = 2,
+    /// Fails as a stalled Redis does once the store's own timeout fires (`StoreError::Timeout`:
+    /// whether the call was applied is unknown to the caller).
+    TimedOut = 3,
 }
 
 /// A store operation, as the log counts them (one per [`GlobalStore`] call).
@@ -161,6 +164,9 @@ impl Forwarding {
                     Err(StoreError::Unavailable("connection refused".into()))
                 });
             }
+            m if m == Mode::TimedOut as u8 => {
+                return Box::pin(async { Err(StoreError::Timeout) });
+            }
             _ => return Box::pin(async { Err(StoreError::Full) }),
         }
         let delay = lock(&self.delays).get(&op).copied();
@@ -276,7 +282,7 @@ impl GlobalStore for Forwarding {
         "forwarding"
     }
     fn degraded(&self) -> bool {
-        self.mode() == Mode::Down as u8
+        self.mode() == Mode::Down as u8 || self.mode() == Mode::TimedOut as u8
     }
     fn live_instances(&self) -> u64 {
         self.instances

@@ -45,7 +45,8 @@ end
 -- Leases of rate (token buckets; sluice_core::reserve, line for line): holder `id` reserves
 -- 'g'..id thousandths of a token per period of L (it asked 'a'..id) until 'u'..id (µs). 'R' and
 -- 'W' are the grants and the asks summed, 'y' a time no lapse comes before, 'z' one no lapse
--- comes after. While R > 0 the bucket refills at L - R: `refill_to`.
+-- comes after since the reservations were last empty (lease.lua answers it). While R > 0 the
+-- bucket refills at L - R: `refill_to`.
 local reserved = tonumber(state[4]) or 0
 local reserve_asked = tonumber(state[5]) or 0
 local lapse_at = tonumber(state[6])
@@ -112,6 +113,7 @@ if algorithm == 0 and lapse_at ~= nil and lapse_at <= now then
     reserve_asked = reserve_asked - (tonumber(held['a' .. e[2]]) or 0)
     lapsed[e[2]] = true
   end
+  if reserve_asked == 0 then reserve_end = nil end
 end
 
 if algorithm == 0 then
@@ -293,6 +295,7 @@ local function reserve(id, asked, ttl)
     local old = redis.call('HMGET', KEYS[1], 'g' .. id, 'a' .. id)
     reserved = reserved - (tonumber(old[1]) or 0)
     reserve_asked = reserve_asked - (tonumber(old[2]) or 0)
+    if reserve_asked == 0 then reserve_end = nil end
   end
   reserve_change = {id, nil}
   local total = rpu * 800

@@ -12,7 +12,8 @@
 --          `q` is ahead of now; once the queue has run out, when the bucket holds what the caller
 --          lacks (1 µs to the gap from now; sluice_engine::next_turn). Starved sidecars then ask
 --          again one per gap, however many they are.
--- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved, reserved_all}:
+-- Returns  {granted, remaining_millitokens, window, ends_in, turn_in, reserved, reserved_all,
+--          reserved_ends_in}:
 --          granted = min(want, floor
 --          of what is available, max(least, floor of what is available above half the burst));
 --          remaining is what is available after the grant, in thousandths of a token, rounded
@@ -20,7 +21,9 @@
 --          ({0, -1} for a token bucket); turn_in is µs until the caller's turn (-1: none);
 --          reserved is ARGV[11]'s grant (-1: none asked for); reserved_all is every live
 --          reservation's grant after the call (`R`, thousandths of a token per period: the bucket
---          refills at `L − R`). The arithmetic is BucketState::take_keeping_half's.
+--          refills at `L − R`) and reserved_ends_in the µs from now until every reservation has
+--          lapsed at the latest (`z`; 0: none is live). The arithmetic is
+--          BucketState::take_keeping_half's.
 -- ARGV[10] concurrency (algorithm 3): the caller's holder id. The grant is added to what it
 --          holds, and every call (a grant of 0 too) moves its lapse on (bucket.lua's `holders`);
 --          ends_in is the hold timeout: the caller's slots lapse then unless it calls again; and
@@ -99,4 +102,9 @@ if gap > 0 and (granted < below or granted < queue_below) then
 end
 local window, ends_in = window_answer()
 if algorithm == 3 then window = held_by(ARGV[10]) end
-return {granted, math.floor(available() * 1000), window, ends_in, turn_in, reserved_now, reserved}
+local reserved_ends_in = 0
+if reserve_asked > 0 and reserve_end ~= nil and reserve_end > now then
+  reserved_ends_in = reserve_end - now
+end
+return {granted, math.floor(available() * 1000), window, ends_in, turn_in, reserved_now, reserved,
+  reserved_ends_in}

@@ -238,14 +238,25 @@ fn seen_grant(g: &LeaseGrant, milli: i64) -> Seen {
         g.turn_in,
         g.reserved,
         g.reserved_all,
+        g.reserved_ends_in,
     )
 }
 
 const START: u64 = 1_700_000_000_000_000;
 
 /// What each operation saw: (granted, remaining millitokens, the grant's window and its end,
-/// the caller's turn, its reservation, every reservation of the bucket).
-type Seen = (u64, i64, u64, Option<u64>, Option<u64>, Option<u64>, u64);
+/// the caller's turn, its reservation, every reservation of the bucket and when the last of
+/// them lapses at the latest).
+type Seen = (
+    u64,
+    i64,
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    u64,
+    u64,
+);
 
 /// What each operation saw on the in-memory store. Releases name the window of the last grant.
 async fn on_memory(c: &Case) -> Vec<Seen> {
@@ -273,11 +284,11 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("release");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Peek => {
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Close => {
                 store
@@ -285,7 +296,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     .await
                     .expect("close");
                 let left = store.peek("k", c.rate).await.expect("peek");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
@@ -297,6 +308,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
                     g.turn_in,
                     g.reserved,
                     g.reserved_all,
+                    g.reserved_ends_in,
                 )
             }
         });
@@ -334,18 +346,18 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     .release_at(key, c.rate, n, window, Some(now))
                     .await
                     .expect("release");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Peek => {
                 let left = store.peek_at(key, c.rate, Some(now)).await.expect("peek");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Close => {
                 let left = store
                     .close_at(key, c.rate, window, Some(now))
                     .await
                     .expect("close");
-                (0, milli(left), 0, None, None, None, 0)
+                (0, milli(left), 0, None, None, None, 0, 0)
             }
             Op::Charge(n, debt) => {
                 let g = store
@@ -360,6 +372,7 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     g.turn_in,
                     g.reserved,
                     g.reserved_all,
+                    g.reserved_ends_in,
                 )
             }
         });

@@ -270,3 +270,31 @@ fn what_may_be_reserved_follows_the_slack_unless_the_key_is_starved() {
     let mut capped = Reservations::default();
     assert_eq!(capped.reserve(&rate, 1, 149_999, ttl, 0, 0.0), 0);
 }
+
+/// A lease answer tells when every reservation has lapsed at the latest (`bucket.lua`'s `z`):
+/// the latest end granted since the reservations were last empty, kept when a renewal ends
+/// earlier (the Lua never reads every holder to answer it), forgotten once none is left.
+#[test]
+fn the_reservations_end_is_the_latest_granted_until_none_is_left() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut bucket = BucketState::full(&rate, 0);
+    let mut held = Reservations::default();
+    assert_eq!(held.ends_in(0), 0, "none reserved");
+    held.reserve(&rate, 1, 10_000, 5_000_000, 0, FULL);
+    held.reserve(&rate, 2, 10_000, 2_000_000, 0, FULL);
+    assert_eq!(held.ends_in(1_000_000), 4_000_000);
+    // Holder 1 renews to end at 3 s: the bound stays at 5 s.
+    held.reserve(&rate, 1, 10_000, 2_000_000, 1_000_000, FULL);
+    assert_eq!(held.ends_in(1_000_000), 4_000_000);
+    held.advance(&mut bucket, &rate, 3_500_000);
+    assert!(held.is_empty());
+    assert_eq!(held.ends_in(3_500_000), 0, "all lapsed");
+    // A new reservation starts the bound afresh.
+    held.reserve(&rate, 3, 10_000, 1_000_000, 4_000_000, FULL);
+    assert_eq!(held.ends_in(4_000_000), 1_000_000);
+    // Given back, none is left: forgotten at once.
+    held.reserve(&rate, 3, 0, 1_000_000, 4_100_000, FULL);
+    assert_eq!(held.ends_in(4_100_000), 0);
+    held.reserve(&rate, 4, 10_000, 500_000, 4_100_000, FULL);
+    assert_eq!(held.ends_in(4_100_000), 500_000);
+}

@@ -93,6 +93,7 @@ impl Engine {
                 turn_in: None,
                 reserved: None,
                 reserved_all: 0,
+                reserved_ends_in: 0,
             });
         }
         let leaser = &self.leaser;

@@ -28,8 +28,10 @@ impl Policy<'_> {
         state.expire(now);
         state.fill(rate, arrived);
         apply_reserved(state, rate, ask, grant, now, arrived);
-        if grant.reserved_all != state.rare().store_reserved {
-            state.rare_mut().store_reserved = grant.reserved_all;
+        if grant.reserved_all != 0 || state.rare().store_reserved != 0 {
+            let rare = state.rare_mut();
+            rare.store_reserved = grant.reserved_all;
+            rare.store_reserved_until = arrived.saturating_add(grant.reserved_ends_in);
         }
         let window = grant.ends_in.map(|ends_in| (grant.window, ends_in));
         let concurrency = rate.algorithm == Algorithm::Concurrency;

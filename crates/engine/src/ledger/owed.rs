@@ -42,10 +42,58 @@
 //! - leases other sidecars take after the store answers and before this sidecar charges its
 //!   debt (its next call on the key): at most its debt.
 //!
+//! With leases of rate the store refills the bucket at `L − R` while reservations `R` are live
+//! (their stocks pay their own sidecars, through an outage too), so both buckets refill at that
+//! rate until the last reservation lapses, then at `L` ([`Refill`]): the same argument over the
+//! part of the key the fallbacks share (`Terms::effective_reserving`).
+//!
 //! Windows keep the old rule (everything spent is owed, up to the share of the burst): a
 //! window's store count gives no tokens back during the outage, so nothing refilled there.
 
 use sluice_core::bucket::{BucketState, Rate};
+use sluice_core::reserve::PER_MILLE;
+
+/// How the store refills a key's bucket: at `L`, or, while leases of rate reserve `reserved`
+/// thousandths of a token per period, at `L − R` until `until` (µs, this instance's clock: the
+/// last reservation's lapse at the latest, as the store's last answer told), then at `L`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Refill {
+    /// The key's rate (`L`, `B`).
+    pub rate: Rate,
+    /// `R`, thousandths of a token per period (0: none).
+    pub reserved: u64,
+    /// When `R` has lapsed, at the latest.
+    pub until: u64,
+}
+
+impl From<&Rate> for Refill {
+    fn from(rate: &Rate) -> Self {
+        Refill {
+            rate: *rate,
+            reserved: 0,
+            until: 0,
+        }
+    }
+}
+
+impl Refill {
+    /// `tokens` refilled from `from` to `to`, up to the burst: at `L − R` up to `until`, at `L`
+    /// after it (a bucket's refill, piecewise, as the store's `Reservations::advance`).
+    fn refill(&self, tokens: f64, from: u64, to: u64) -> f64 {
+        let (mut tokens, mut at) = (tokens, from);
+        if self.reserved > 0 && at < self.until {
+            let end = to.min(self.until);
+            let milli = (self.rate.requests_per_unit as f64 * PER_MILLE as f64
+                - self.reserved as f64)
+                .max(0.0);
+            let added =
+                (end - at) as f64 * milli / (self.rate.period_micros() as f64 * PER_MILLE as f64);
+            tokens = (tokens + added).min(self.rate.burst as f64);
+            at = end;
+        }
+        self.rate.refill(tokens, to.saturating_sub(at))
+    }
+}
 
 /// What a key's fallback owes the global store: tokens settled and not yet charged, and the
 /// account of an outage still going on (boxed: every denied key carries an `Owed` in its
@@ -88,13 +136,15 @@ impl Owed {
     /// did). `share_burst` is the fallback's own burst: a window owes up to it.
     pub fn spend(
         &mut self,
-        rate: &Rate,
+        refill: impl Into<Refill>,
         instances: u64,
         reading: f64,
         share_burst: u64,
         now: u64,
         tokens: u64,
     ) {
+        let refill = refill.into();
+        let rate = &refill.rate;
         if rate.algorithm.is_window() {
             self.settled = self.settled.saturating_add(tokens).min(share_burst);
             return;
@@ -112,21 +162,24 @@ impl Owed {
                 instances: instances.max(1),
             })
         });
-        account.exact.refill(rate, now);
-        account.exact.tokens -= account.instances as f64 * tokens as f64;
+        let exact = &mut account.exact;
+        exact.tokens = refill.refill(exact.tokens, exact.updated_micros, now);
+        exact.updated_micros = exact.updated_micros.max(now);
+        exact.tokens -= account.instances as f64 * tokens as f64;
     }
 
     /// What is owed: what is settled, and what the outage in progress owes so far.
-    pub fn due(&self, rate: &Rate) -> u64 {
-        let open = self.open.as_ref().map_or(0, |a| a.owes(rate));
+    pub fn due(&self, refill: impl Into<Refill>) -> u64 {
+        let refill = refill.into();
+        let open = self.open.as_ref().map_or(0, |a| a.owes(&refill));
         self.settled.saturating_add(open)
     }
 
     /// The store charged `tokens` of what was [due](Self::due): the outage in progress is
     /// settled at what it owes (the store has answered, so it is over), and what was charged
     /// is taken off.
-    pub fn charged(&mut self, rate: &Rate, tokens: u64) {
-        self.settled = self.due(rate).saturating_sub(tokens);
+    pub fn charged(&mut self, refill: impl Into<Refill>, tokens: u64) {
+        self.settled = self.due(refill).saturating_sub(tokens);
         self.open = None;
     }
 }
@@ -137,11 +190,79 @@ impl Account {
     /// have ended since, and the store's refill after it is spent by leases that neither
     /// bucket sees (another sidecar, back first, leasing it while this one's account is still
     /// open), so crediting it would charge too little.
-    fn owes(&self, rate: &Rate) -> u64 {
+    fn owes(&self, refill: &Refill) -> u64 {
         let at = self.exact.updated_micros;
-        let store = rate.refill(self.start, at.saturating_sub(self.since));
+        let store = refill.refill(self.start, self.since, at);
         let owed = (store - self.exact.tokens) / self.instances as f64;
         (owed - 1e-9).ceil().max(0.0) as u64
+    }
+}
+
+/// A key's state and what its fallback owes.
+impl super::LeaseState {
+    /// The `local_share` fallback spent `tokens` of a leased rule of `rate` at `now`, one of
+    /// `instances` sidecars (its own burst `share_burst`): owed to the global bucket as [`Owed`]
+    /// counts it, from this instance's last reading of the global bucket (none: 0, which owes
+    /// the most).
+    pub(super) fn owe(
+        &mut self,
+        rate: &Rate,
+        instances: u64,
+        share_burst: u64,
+        now: u64,
+        tokens: u64,
+    ) {
+        let reading = if self.global_known {
+            self.global_remaining
+        } else {
+            0.0
+        };
+        let refill = self.store_refill(rate);
+        self.rare_mut()
+            .owed
+            .spend(refill, instances, reading, share_burst, now, tokens);
+    }
+
+    /// What the fallback owes the global bucket of `rate` ([`Owed::due`]).
+    pub fn owed(&self, rate: &Rate) -> u64 {
+        self.rare().owed.due(self.store_refill(rate))
+    }
+
+    /// The global bucket of `rate` was charged `tokens` of what the fallback owed
+    /// ([`Owed::charged`]).
+    pub fn owed_charged(&mut self, rate: &Rate, tokens: u64) {
+        if self.rare().owed.is_owing() {
+            let refill = self.store_refill(rate);
+            self.rare_mut().owed.charged(refill, tokens);
+        }
+    }
+
+    /// Every reservation the store keeps on this key's bucket at `now`, as its last lease answer
+    /// showed ([`Rare::store_reserved`]; 0 once they have all lapsed).
+    pub fn store_reserved(&self, now: u64) -> u64 {
+        let rare = self.rare();
+        if now < rare.store_reserved_until {
+            rare.store_reserved
+        } else {
+            0
+        }
+    }
+
+    /// How the store refills this key's bucket, as its last lease answer showed: at `L` less
+    /// every reservation it keeps ([`Rare::store_reserved`]) until they lapse, then at `L`. The
+    /// reservations' stocks fill through an outage (`RateLease::failed`) and the fallback
+    /// shares only the rest; charged as if the bucket refilled at `L`, a fallback was credited
+    /// with refill the store never made (two sidecars, one reserved 40% of `L`, a 1.3 s outage:
+    /// 0.1 of a token beyond `B + L·t`; the outage property with leases of rate). No answer
+    /// comes between the outage and the charge: the debt is charged before the key's next
+    /// lease.
+    fn store_refill(&self, rate: &Rate) -> Refill {
+        let rare = self.rare();
+        Refill {
+            rate: *rate,
+            reserved: rare.store_reserved,
+            until: rare.store_reserved_until,
+        }
     }
 }
 
@@ -209,6 +330,30 @@ mod tests {
         assert_eq!(owed.due(&rate()), 25);
         owed.charged(&rate(), 25);
         assert!(!owed.is_owing());
+    }
+
+    #[test]
+    fn with_reservations_the_store_refills_less_and_the_fallback_owes_more() {
+        // Alone, the bucket full, 100 a second spent for a second. With all of `L` refilling
+        // the store, that is refill a full bucket could not hold: a token owed. With 40 a
+        // second reserved, the store refilled at 60: 40 owed, less what the first step's
+        // refill stood for (41). Reserved only until 0.5 s, 21 (or 22, float noise).
+        let spend_a_second = |refill: Refill| {
+            let mut owed = Owed::default();
+            for i in 0..100u64 {
+                owed.spend(refill, 1, 100.0, 100, i * 10_000, 1);
+            }
+            owed.due(refill)
+        };
+        let reserved = |until| Refill {
+            rate: rate(),
+            reserved: 40_000,
+            until,
+        };
+        assert_eq!(spend_a_second(Refill::from(&rate())), 1);
+        assert_eq!(spend_a_second(reserved(u64::MAX)), 41);
+        assert!((21..=22).contains(&spend_a_second(reserved(500_000))));
+        assert_eq!(spend_a_second(reserved(0)), 1, "lapsed before the outage");
     }
 
     #[test]

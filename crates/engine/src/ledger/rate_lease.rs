@@ -79,10 +79,9 @@ pub struct RateLease {
     /// The stock has filled a whole token since its reservation began (from none): from then
     /// on its fills keep in step with its demand, and the fraction it holds is its own.
     pub filled_a_token: bool,
-    /// Where the stock filled to before the last call was sent ([`until`](Self::until) then):
-    /// a call the store never applied leaves its reservation as it was
-    /// ([`unsent`](Self::unsent)).
-    pub resume_to: u64,
+    /// A call failed since the last answer ([`failed`](Self::failed)): the fallback decides
+    /// what the stock cannot pay, from a local bucket the stock's fills no longer restart.
+    pub outage: bool,
 }
 
 impl RateLease {
@@ -134,7 +133,6 @@ impl RateLease {
     /// Poisson, from any bucket: 23.6 → 31.9 a second) and by 60% at it (32 in step at 100%,
     /// from any stock: 52.7 → 85.9, 55.2 from new stocks only).
     pub fn sending(&mut self, seen: u64, now: u64, empty: bool) -> u64 {
-        self.resume_to = self.until;
         self.until = self.until.min(now);
         self.seen = self.seen.saturating_add(seen);
         let span = now.saturating_sub(self.counted_from);
@@ -214,6 +212,7 @@ impl RateLease {
             self.filled_a_token = false;
         }
         self.per_mille = per_mille;
+        self.outage = false;
         self.filled_to = arrived;
         self.until = ends;
         self.ends = ends;
@@ -250,13 +249,19 @@ impl RateLease {
         self.per_mille > 0 || self.asked > 0
     }
 
-    /// The last call failed without the store applying it (any error but a timeout: the
-    /// store's contract, `GlobalStore`): its reservation stands as it was, so the stock fills
-    /// on to where it would have. Stopped, the reservation went unused through an outage while
-    /// the store kept it from the bucket's refill, and the fallback (sharing `L − R`) could not
-    /// make it up. What the call was to give back stays lost (stricter).
-    pub fn unsent(&mut self) {
-        self.until = self.until.max(self.resume_to);
+    /// The last call failed (or was cut off at the decision's deadline): as far as this sidecar
+    /// can tell, its reservation stands as it was, so the stock fills on to its end
+    /// ([`ends`](Self::ends)).
+    /// Stopped, the reservation went unused through an outage while the store kept it from the
+    /// bucket's refill, and the fallback (sharing `L − R`) could not make it up: a sidecar under
+    /// its limit was denied after an outage. What the call was to give back stays lost
+    /// (stricter). A call the store applied before its answer was lost (a timeout, a connection
+    /// cut after the write) may have renewed the reservation smaller or ended it: the stock
+    /// then fills what the store no longer reserves, at most the old reservation for the rest
+    /// of its ttl (docs/global-quotas.md, *After an outage: what the fallback owes*).
+    pub fn failed(&mut self) {
+        self.until = self.until.max(self.ends);
+        self.outage = true;
     }
 
     /// Whether a reservation fills the stock now.
@@ -267,12 +272,24 @@ impl RateLease {
 
 /// A key's state and its lease of rate (in the boxed rare part: most keys have none).
 impl super::LeaseState {
-    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one).
+    /// Fills the lease from a lease of rate's stock up to `now` (nothing without one). The
+    /// fallback's local bucket starts empty from where the stock has filled to, as it does
+    /// from each grant (`add_grant`): it refills at this instance's share of `L − R` from then,
+    /// and the stock had paid this instance's requests meanwhile, so an outage counted that
+    /// time twice (1 sidecar at 3× the limit, 80% of it reserved, the store gone 100 ms after
+    /// the last grant: 9 requests beyond a quarter second's 25, 6.4 tokens over `B + L·w`;
+    /// 2 sidecars whose stocks paid them for 2.6 s without a grant: 12 tokens over). Not after
+    /// a failed call, until the next answer ([`RateLease::outage`]): the stock fills on
+    /// through an outage, and restarted at each fill the fallback would admit nothing.
     pub fn fill(&mut self, rate: &Rate, now: u64) {
         if let Some(rare) = self.rare.as_deref_mut()
             && let Some(r) = rare.rate_lease.as_mut()
+            && r.per_mille > 0
         {
             r.fill(rate, &mut self.lease, now);
+            if !r.outage && r.filled_to > self.local.updated_micros {
+                self.local = sluice_core::bucket::BucketState::empty(r.filled_to);
+            }
         }
     }
 
@@ -292,12 +309,12 @@ impl super::LeaseState {
             .is_some_and(RateLease::recorded)
     }
 
-    /// The last call failed without the store applying it ([`RateLease::unsent`]).
-    pub fn rate_lease_unsent(&mut self) {
+    /// The last call failed ([`RateLease::failed`]).
+    pub fn rate_lease_failed(&mut self) {
         if let Some(rare) = self.rare.as_deref_mut()
             && let Some(r) = rare.rate_lease.as_mut()
         {
-            r.unsent();
+            r.failed();
         }
     }
 

@@ -112,8 +112,13 @@ pub struct Rare {
     /// Every reservation the store kept on this key's bucket at its last lease answer (`R`,
     /// thousandths of a token per period; `LeaseGrant::reserved_all`), any sidecar's: the store
     /// refills the bucket at `L − R`, which the `local_share` fallback shares
-    /// (`Terms::effective_reserving`) and is charged against ([`LeaseState::owe`]).
+    /// (`Terms::effective_reserving`) and is charged against ([`LeaseState::owe`]), until
+    /// [`store_reserved_until`](Self::store_reserved_until).
     pub store_reserved: u64,
+    /// When every reservation of [`store_reserved`](Self::store_reserved) has lapsed at the
+    /// latest (µs, this instance's clock: the answer's arrival plus `reserved_ends_in`, later
+    /// than the store's own end, so `R` is counted a little long: stricter).
+    pub store_reserved_until: u64,
 }
 
 /// Every [`Rare`] field at its default.
@@ -134,6 +139,7 @@ const NO_RARE: Rare = Rare {
     early_at: 0,
     rate_lease: None,
     store_reserved: 0,
+    store_reserved_until: 0,
 };
 
 /// [`NO_RARE`] in one place, to lend (a `const` with a `Vec` is not promoted to a static).
@@ -300,64 +306,6 @@ impl LeaseState {
     pub(super) fn denied(&mut self, hits: u64) {
         let hits = u32::try_from(hits).unwrap_or(u32::MAX);
         self.denied_since_lease = self.denied_since_lease.saturating_add(hits);
-    }
-
-    /// The `local_share` fallback spent `tokens` of a leased rule of `rate` at `now`, one of
-    /// `instances` sidecars (its own burst `share_burst`): owed to the global bucket as [`Owed`]
-    /// counts it, from this instance's last reading of the global bucket (none: 0, which owes
-    /// the most).
-    pub(super) fn owe(
-        &mut self,
-        rate: &Rate,
-        instances: u64,
-        share_burst: u64,
-        now: u64,
-        tokens: u64,
-    ) {
-        let reading = if self.global_known {
-            self.global_remaining
-        } else {
-            0.0
-        };
-        let refill = self.store_refill(rate);
-        self.rare_mut()
-            .owed
-            .spend(&refill, instances, reading, share_burst, now, tokens);
-    }
-
-    /// What the fallback owes the global bucket of `rate` ([`Owed::due`]).
-    pub fn owed(&self, rate: &Rate) -> u64 {
-        self.rare().owed.due(&self.store_refill(rate))
-    }
-
-    /// The global bucket of `rate` was charged `tokens` of what the fallback owed
-    /// ([`Owed::charged`]).
-    pub fn owed_charged(&mut self, rate: &Rate, tokens: u64) {
-        if self.rare().owed.is_owing() {
-            let refill = self.store_refill(rate);
-            self.rare_mut().owed.charged(&refill, tokens);
-        }
-    }
-
-    /// The rate the store refills this key's bucket at, as its last lease answer showed: `L`
-    /// less every reservation it keeps ([`Rare::store_reserved`]), in whole tokens a period
-    /// rounded down (a slower refill charges a fallback more, never less). The reservations'
-    /// stocks fill through an outage (`RateLease::unsent`) and the fallback shares only the
-    /// rest; charged as if the bucket refilled at `L`, a fallback was credited with refill the
-    /// store never made (two sidecars, one reserved 40% of `L`, a 1.3 s outage: 0.1 of a token
-    /// beyond `B + L·t`; the outage property with leases of rate). No answer comes between the
-    /// outage and the charge: the debt is charged before the key's next lease.
-    fn store_refill(&self, rate: &Rate) -> Rate {
-        let reserved = self.rare().store_reserved;
-        if reserved == 0 {
-            return *rate;
-        }
-        Rate {
-            requests_per_unit: rate
-                .requests_per_unit
-                .saturating_sub(reserved.div_ceil(sluice_core::reserve::PER_MILLE)),
-            ..*rate
-        }
     }
 
     /// Pays what it can of `n` tokens from the lease (already charged to the global bucket) and

@@ -59,13 +59,16 @@ impl Terms {
         self.effective_reserving(0)
     }
 
-    /// [`effective`](Self::effective) for a key whose store kept `reserved` of its rate for
-    /// leases of rate at its last answer (`Rare::store_reserved`, thousandths of a token per
-    /// period): the fallback shares what the store refills the bucket with, `L − R` (whole
-    /// tokens a period, rounded down), not `L`. The reservations' stocks fill through an outage
-    /// and pay their own sidecars; a share of `L` beside them admitted both (one sidecar's
-    /// stock at 80% of `L` and the other's fallback at `L/2`: 0.08 of a token over `B + L·t`
-    /// in a 0.6 s outage; the outage property with leases of rate).
+    /// [`effective`](Self::effective) for a key whose store keeps `reserved` of its rate for
+    /// leases of rate now, as its last answer showed (`LeaseState::store_reserved`, thousandths
+    /// of a token per period): the fallback shares what the store refills the bucket with,
+    /// `L − R`, not `L`. The reservations' stocks fill through an outage and pay their own
+    /// sidecars; a share of `L` beside them admitted both (one sidecar's stock at 80% of `L` and
+    /// the other's fallback at `L/2`: 0.08 of a token over `B + L·t` in a 0.6 s outage; the
+    /// outage property with leases of rate). The share is exact, not rounded to whole tokens a
+    /// period: `(L·1000 − R)` thousandths per `1000·n` periods (rounded down to whole tokens
+    /// where that many periods do not fit the rate's multiplier); token leases (`R` = 0) keep
+    /// `L/n`, at least 1.
     pub fn effective_reserving(&self, reserved: u64) -> (Mode, Rate) {
         match self.store {
             StoreStatus::Down {
@@ -76,18 +79,15 @@ impl Terms {
                 // A concurrency limit's share is slots, never refilled (they come back as
                 // requests end).
                 let concurrency = self.rate.algorithm == Algorithm::Concurrency;
-                let refilled = self
-                    .rate
-                    .requests_per_unit
-                    .saturating_sub(reserved.div_ceil(sluice_core::reserve::PER_MILLE));
+                let (requests_per_unit, unit_multiplier) = if concurrency {
+                    (0, self.rate.unit_multiplier)
+                } else {
+                    share_of(&self.rate, reserved, n)
+                };
                 let share = Rate {
-                    requests_per_unit: if concurrency {
-                        0
-                    } else {
-                        (refilled / n).max(1)
-                    },
+                    requests_per_unit,
                     unit: self.rate.unit,
-                    unit_multiplier: self.rate.unit_multiplier,
+                    unit_multiplier,
                     burst: (self.rate.burst / n).max(1),
                     algorithm: if concurrency {
                         Algorithm::Concurrency
@@ -203,7 +203,7 @@ impl Terms {
                 ..
             } => Err(Denial::StoreDown),
             _ => {
-                let (mode, rate) = self.effective_reserving(state.rare().store_reserved);
+                let (mode, rate) = self.effective_reserving(state.store_reserved(now));
                 let have = if self.hits == 0 {
                     // A peek counts the global bucket too, as far as this instance knows it.
                     state.remaining(mode, &rate, now).floor().max(0.0) as u64
@@ -222,5 +222,25 @@ impl Terms {
                 }
             }
         }
+    }
+}
+
+/// One of `n` sidecars' share of what the store refills `rate`'s bucket with while `reserved`
+/// thousandths of a token per period are reserved: `(requests_per_unit, unit_multiplier)`.
+fn share_of(rate: &Rate, reserved: u64, n: u64) -> (u64, u32) {
+    let multiplier = rate.unit_multiplier.max(1);
+    if reserved == 0 {
+        return ((rate.requests_per_unit / n).max(1), multiplier);
+    }
+    let milli = rate
+        .requests_per_unit
+        .saturating_mul(sluice_core::reserve::PER_MILLE)
+        .saturating_sub(reserved);
+    let periods = u32::try_from(sluice_core::reserve::PER_MILLE.saturating_mul(n))
+        .ok()
+        .and_then(|p| multiplier.checked_mul(p));
+    match periods {
+        Some(periods) => (milli, periods),
+        None => (milli / sluice_core::reserve::PER_MILLE / n, multiplier),
     }
 }

@@ -114,6 +114,51 @@ fn fallbacks_decide_while_the_store_is_down() {
     );
 }
 
+/// With leases of rate the fallback shares what the store refills the bucket with, `L − R`,
+/// exactly (thousandths of a token over `1000·n` periods), while the reservations last; then
+/// `L` again.
+#[test]
+fn the_fallback_shares_the_refill_reservations_leave() {
+    let down = Terms {
+        store: StoreStatus::Down {
+            fallback: Fallback::LocalShare,
+            instances: 3,
+        },
+        rate: Rate::per_unit(100, Unit::Second),
+        ..terms(1, Mode::Strict, 100)
+    };
+    let (_, share) = down.effective_reserving(40_000);
+    assert_eq!(
+        (share.requests_per_unit, share.unit_multiplier),
+        (60_000, 3_000)
+    );
+    assert!(
+        (share.refill(0.0, SEC) - 20.0).abs() < 1e-9,
+        "60 a second over 3"
+    );
+    let (_, tokens) = down.effective_reserving(0);
+    assert_eq!((tokens.requests_per_unit, tokens.unit_multiplier), (33, 1));
+    // No room for 1000·n periods in the multiplier: whole tokens, rounded down.
+    let long = Terms {
+        rate: Rate {
+            unit_multiplier: u32::MAX / 2,
+            ..Rate::per_unit(100, Unit::Second)
+        },
+        ..down
+    };
+    let (_, share) = long.effective_reserving(40_500);
+    assert_eq!(
+        (share.requests_per_unit, share.unit_multiplier),
+        (19, u32::MAX / 2)
+    );
+    // The state counts `R` until the last reservation lapses.
+    let mut s = LeaseState::new(Mode::Strict, &down.rate, 0);
+    s.rare_mut().store_reserved = 40_000;
+    s.rare_mut().store_reserved_until = 5 * SEC;
+    assert_eq!(s.store_reserved(5 * SEC - 1), 40_000);
+    assert_eq!(s.store_reserved(5 * SEC), 0);
+}
+
 /// What `local_share` spends on a leased rule is owed to the global bucket, as far as the
 /// bucket's own refill during the outage does not already stand for it (`owed.rs`); a
 /// local-mode rule owes nothing; a grant starts the fallback's bucket empty.

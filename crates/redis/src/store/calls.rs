@@ -249,6 +249,7 @@ pub(super) fn grant_of((granted, milli, window, ends_in): (u64, i64, u64, i64)) 
         turn_in: None,
         reserved: None,
         reserved_all: 0,
+        reserved_ends_in: 0,
     }
 }
 
@@ -278,15 +279,17 @@ pub(super) fn lease_args(ask: &LeaseAsk, holder: u64) -> [u64; 11] {
 }
 
 /// `lease.lua`'s answer: a grant, the caller's turn in the key's queue of starved callers
-/// (-1: none), its reservation (-1: none asked for), and every reservation of the bucket.
+/// (-1: none), its reservation (-1: none asked for), every reservation of the bucket and when
+/// the last of them lapses at the latest.
 pub(super) fn lease_grant_of(
-    (granted, milli, window, ends_in, turn_in, reserved, reserved_all): (
+    (granted, milli, window, ends_in, turn_in, reserved, reserved_all, reserved_ends_in): (
         u64,
         i64,
         u64,
         i64,
         i64,
         i64,
+        u64,
         u64,
     ),
 ) -> LeaseGrant {
@@ -294,6 +297,7 @@ pub(super) fn lease_grant_of(
         turn_in: u64::try_from(turn_in).ok(),
         reserved: u64::try_from(reserved).ok(),
         reserved_all,
+        reserved_ends_in,
         ..grant_of((granted, milli, window, ends_in))
     }
 }

@@ -28,13 +28,15 @@ struct Spell {
 
 /// Demand before, during and after an outage of the store; `flushed`: the store comes back
 /// empty (a restarted Redis without persistence: the key's bucket starts full again), else as
-/// it was, refilled (a paused Redis).
+/// it was, refilled (a paused Redis); `stalled`: its calls time out (a paused Redis: whether
+/// a call was applied is unknown), else fail at once (connection refused).
 #[derive(Debug, Clone, Copy)]
 struct Outage {
     before: Spell,
     during: Spell,
     after: Spell,
     flushed: bool,
+    stalled: bool,
 }
 
 /// What a run saw.
@@ -104,20 +106,39 @@ fn leased(engines: &[Engine], now: u64) -> f64 {
     held
 }
 
-/// How much more the store reserves on the key (`reserved`, thousandths of a token per
-/// second) than each engine's last lease answer showed it (`Rare::store_reserved`), summed, in
-/// tokens a second: reservations granted to others since. An engine's fallback shares, and is
-/// charged against, the refill it knew of (`L` less what it saw reserved), and the store
-/// refilled less: what no engine can know, as a reading above the bucket's level is.
-fn reserved_since(engines: &[Engine], reserved: u64) -> f64 {
+/// What the engines' fallbacks may admit through an outage of `during` µs beginning at `now`
+/// beyond the store's refill because the store reserves more on the key (`reserved`,
+/// thousandths of a token per second) than each engine's last lease answer showed it
+/// (`Rare::store_reserved`): reservations granted to others since. An engine's fallback shares,
+/// and is charged against, the refill it knew of (`L` less what it saw reserved, over `n`),
+/// from its local bucket's last start (its last grant) to the outage's end; the store refilled
+/// less. What no engine can know, as a reading above the bucket's level is.
+fn reserved_since(engines: &[Engine], reserved: u64, now: u64, during: u64, n: usize) -> f64 {
     let mut since = 0.0;
     for e in engines {
         e.table.for_each(|_, b| {
-            let known = b.lock().rare().store_reserved;
-            since += reserved.saturating_sub(known) as f64 / 1e3;
+            let state = b.lock();
+            let unknown = reserved.saturating_sub(state.rare().store_reserved) as f64 / 1e3;
+            let micros = now.saturating_sub(state.local.updated_micros) + during;
+            since += unknown * micros as f64 / 1e6 / n as f64;
         });
     }
     since
+}
+
+/// Tokens a second the engines' stocks of rate fill at `now` (their live reservations).
+fn stocks_rate(engines: &[Engine], now: u64) -> f64 {
+    let mut rate = 0.0;
+    for e in engines {
+        e.table.for_each(|_, b| {
+            if let Some(r) = b.lock().rare().rate_lease.as_ref()
+                && r.live(now)
+            {
+                rate += r.per_mille as f64 / 1e3;
+            }
+        });
+    }
+    rate
 }
 
 /// What the engines' stocks of rate may still fill after `now` (their reservations, each to
@@ -192,12 +213,15 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
                 };
                 seen.slack += readings.iter().map(|r| (r - level).max(0.0)).sum::<f64>() / n as f64;
                 if let Some(key) = &key {
-                    seen.slack += reserved_since(&engines, store.inner.reserved_all(key))
-                        * outage.during.millis as f64
-                        / 1e3
-                        / n as f64;
+                    let reserved = store.inner.reserved_all(key);
+                    let (now, during) = (clock.now_micros(), outage.during.millis * 1_000);
+                    seen.slack += reserved_since(&engines, reserved, now, during, n);
                 }
-                store.set(Mode::Down);
+                store.set(if outage.stalled {
+                    Mode::TimedOut
+                } else {
+                    Mode::Down
+                });
             }
             2 => {
                 if let (true, (Some(key), _)) = (outage.flushed, readings(&engines)) {
@@ -229,12 +253,17 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
                 lowest_start.min(admitted as f64 - L * secs(now) + leased(&engines, now));
             turn = (turn + 1) % n;
             // Another sidecar has not charged its debt yet: what this step leases is refill
-            // that debt would have taken first.
+            // that debt would have taken first, and so is what stocks of rate fill meanwhile
+            // (a reservation granted then to a starved sidecar: 0.23 of a token beyond the
+            // slack when only leased tokens counted).
             let racing = phase == 2
                 && engines
                     .iter()
                     .enumerate()
                     .any(|(i, e)| i != turn && owes(e));
+            if racing {
+                seen.slack += stocks_rate(&engines, now) * gap as f64 / 1e6;
+            }
             let granted = store.tally(Call::Lease).granted;
             let ok = engines[turn].decide(&request).await.overall == Code::Ok;
             admitted += u64::from(ok);
@@ -282,6 +311,7 @@ async fn a_key_at_a_fifth_of_its_limit_is_not_denied_after_an_outage() {
                     millis: 3_000,
                 },
                 flushed,
+                stalled: false,
             },
         )
         .await;
@@ -297,7 +327,8 @@ async fn a_key_at_a_fifth_of_its_limit_is_not_denied_after_an_outage() {
     }
 }
 
-/// Demand before, during and after an outage of 0.1–8 s, each spell's rate in `rps`.
+/// Demand before, during and after an outage of 0.1–8 s, each spell's rate in `rps`, its calls
+/// refused or timing out.
 fn outages(
     rps: std::ops::RangeInclusive<u64>,
 ) -> impl proptest::strategy::Strategy<Value = (usize, Outage)> {
@@ -310,8 +341,9 @@ fn outages(
         spell(100..=8_000),
         spell(1_000..=4_000),
         proptest::bool::ANY,
+        proptest::bool::ANY,
     )
-        .prop_map(|(n, before, during, after, flushed)| {
+        .prop_map(|(n, before, during, after, flushed, stalled)| {
             (
                 n,
                 Outage {
@@ -319,6 +351,7 @@ fn outages(
                     during,
                     after,
                     flushed,
+                    stalled,
                 },
             )
         })
@@ -369,12 +402,18 @@ proptest! {
         prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
     }
 
-    /// Over the limit it drew, once in five runs of 128 cases, a fleet 0.23 of a token beyond
-    /// the stated slack of 65.5 (two sidecars, 319 a second, a 3.3 s outage at 150, then 5),
-    /// most of which is one sidecar's fallback sharing `L` less a reservation it had not yet
-    /// seen; not traced further, so it runs on demand (`--ignored`), not in CI.
+    /// Over the limit, 8 runs of 300 cases (2026-11-30) drew two fleets, one per kind of
+    /// failure, a window beyond the stated slack after the store returned: 2.9 of a token
+    /// beyond 20.2 (three sidecars, 543 a second, a 0.49 s outage at 210, refused) and 0.9
+    /// beyond 18.0 (two, 352 a second, 0.54 s at 165, timing out). Both are starved keys
+    /// whose slack is leases taken while another sidecar still owed; token leases draw none
+    /// on the same property. Traced and fixed on the way: a fallback's local bucket that
+    /// refilled from the last grant while a stock paid for 2.6 s (12 tokens over: the reset
+    /// at each fill is back, until a call fails), fallbacks that knew an older `R` since their
+    /// last grant, and stocks filling while another owes (both now in the slack). These two
+    /// are not traced, so it runs on demand (`--ignored`), not in CI.
     #[test]
-    #[ignore = "leases of rate over the limit: 0.23 of a token beyond a slack of 65.5 drawn once (issue 42)"]
+    #[ignore = "leases of rate over the limit: up to 2.9 tokens beyond the slack after the store returns, about 1 case in 1 200 (issue 42)"]
     fn with_leases_of_rate_an_outage_keeps_the_bound_over_the_limit(
         (n, outage) in outages(5..=600)
     ) {
@@ -413,6 +452,7 @@ fn stays_within_the_slack(before: (u64, u64), during: (u64, u64), after: (u64, u
         during: spell(during),
         after: spell(after),
         flushed: false,
+        stalled: false,
     };
     let seen = on_own_runtime(run(2, outage));
     assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
@@ -442,6 +482,7 @@ fn with_leases_of_rate_an_outage_keeps_the_bound() {
             during: spell(during),
             after: spell(after),
             flushed: false,
+            stalled: false,
         };
         let seen = on_own_runtime(run_with(1, outage, &rate_leases()));
         assert!(
@@ -452,6 +493,45 @@ fn with_leases_of_rate_an_outage_keeps_the_bound() {
         assert!(
             seen.admitted_during as f64 >= (0.95 * share).floor(),
             "{outage:?}: {} admitted in the outage, of {share} the fallback may",
+            seen.admitted_during
+        );
+    }
+}
+
+/// Leases of rate under the limit through an outage, its calls refused or timing out: one
+/// sidecar, 26 a second, then 81 through a 6.8 s outage, then 5. Its own stock stopped at its
+/// first failed call while the store kept its reservation from the bucket's refill, so its
+/// fallback (sharing `L − R`) was short and its debt, charged against `L − R`, emptied the
+/// bucket: a request the exact bucket admits was denied after the store returned. Now the
+/// stock fills on through a failed call (`RateLease::failed`), a timed-out one too.
+#[test]
+fn with_leases_of_rate_a_sidecar_under_its_limit_is_not_denied_after_an_outage() {
+    for stalled in [false, true] {
+        let outage = Outage {
+            before: Spell {
+                rps: 26,
+                millis: 2_000,
+            },
+            during: Spell {
+                rps: 81,
+                millis: 6_778,
+            },
+            after: Spell {
+                rps: 5,
+                millis: 1_000,
+            },
+            flushed: false,
+            stalled,
+        };
+        let seen = on_own_runtime(run_with(1, outage, &rate_leases()));
+        assert_eq!(seen.denied_after, 0, "stalled: {stalled}: {seen:?}");
+        assert!(
+            seen.worst_excess <= seen.slack + 1e-6,
+            "stalled: {stalled}: {seen:?}"
+        );
+        assert!(
+            seen.admitted_during as f64 >= (0.95 * 81.0 * 6.778f64).floor(),
+            "stalled: {stalled}: {} admitted in the outage of 549 sent",
             seen.admitted_during
         );
     }
@@ -479,6 +559,7 @@ fn with_leases_of_rate_a_flushed_store_keeps_the_bound() {
             millis: 1_850,
         },
         flushed: true,
+        stalled: false,
     };
     let seen = on_own_runtime(run_with(2, outage, &rate_leases()));
     assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
@@ -491,7 +572,7 @@ fn with_leases_of_rate_a_flushed_store_keeps_the_bound() {
 /// it through the outage while the other's fallback admitted its share of all of `L`, and was
 /// charged after as if the store had refilled at `L`, not `L − R`. Within since the fallback
 /// shares `L − R` and is charged against it, and a stock fills on through a failed call the
-/// store never applied (`RateLease::unsent`).
+/// store never applied (`RateLease::failed`).
 #[test]
 fn with_leases_of_rate_fleets_the_property_found_stay_within_the_slack() {
     let spell = |(rps, millis)| Spell { rps, millis };
@@ -504,6 +585,7 @@ fn with_leases_of_rate_fleets_the_property_found_stay_within_the_slack() {
             during: spell(during),
             after: spell(after),
             flushed: false,
+            stalled: false,
         };
         let seen = on_own_runtime(run_with(n, outage, &rate_leases()));
         assert!(

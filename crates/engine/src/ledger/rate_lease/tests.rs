@@ -165,3 +165,28 @@ fn an_empty_stock_gives_back_its_fraction_only_to_a_drained_bucket() {
         "lapsed at 1.9 s, renewed at 2 s: a new stock"
     );
 }
+
+/// A call that fails (refused, timed out, cut off at the decision's deadline) leaves the
+/// reservation as the sidecar knows it: the stock, stopped when the call was sent, fills on to
+/// the reservation's end, and no further.
+#[test]
+fn a_failed_call_leaves_the_stock_filling_to_its_reservations_end() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut r = RateLease::starting(0);
+    // 40 a second from 0 for 10 s.
+    r.granted(&rate, 40_000, 0, 0, 10_000_000, 100.0);
+    let mut lease = 0;
+    r.fill(&rate, &mut lease, 1_000_000);
+    assert_eq!(lease, 40);
+    lease = 0;
+    r.sending(0, 1_000_000, false);
+    r.fill(&rate, &mut lease, 2_000_000);
+    assert_eq!(lease, 0, "stopped at the send");
+    r.failed();
+    r.fill(&rate, &mut lease, 2_000_000);
+    assert_eq!(lease, 40, "filled on, the second since the send");
+    lease = 0;
+    r.fill(&rate, &mut lease, 30_000_000);
+    assert_eq!(lease, 40, "up to its cap, and none after its end at 10 s");
+    assert!(!r.live(10_000_000));
+}
