@@ -203,12 +203,14 @@ impl Leaser {
             }
         };
         // A call cut off here may still take tokens in the store: they are lost for a while
-        // (stricter, never looser), as after any store timeout. Its stock of rate fills on
-        // (`RateLease::failed`), as after any failed call.
+        // (stricter, never looser), as after any store timeout. A lease call's stock of rate
+        // fills on (`RateLease::failed`), as after any failed one (a peek reserves nothing).
         let failed = match until(deadline, call).await {
             Some(failed) => failed,
             None => {
-                bucket.lock().rate_lease_failed();
+                if charge.hits > 0 {
+                    bucket.lock().rate_lease_failed();
+                }
                 Some(StoreError::Timeout)
             }
         };

@@ -78,8 +78,9 @@ pub fn settle(
     may_retry: bool,
 ) -> Settlement {
     debug_assert_eq!(terms.len(), states.len());
-    for s in states.iter_mut() {
+    for (t, s) in terms.iter().zip(states.iter_mut()) {
         s.expire(now);
+        t.catch_up_reserved(s, now);
     }
     // Pass 1: can every enforcing bucket pay?
     let paid: SmallVec<[Result<(), Denial>; 4]> = terms

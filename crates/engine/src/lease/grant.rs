@@ -28,6 +28,7 @@ impl Policy<'_> {
         state.expire(now);
         state.fill(rate, arrived);
         apply_reserved(state, rate, ask, grant, now, arrived);
+        state.rate_lease_answered();
         if grant.reserved_all != 0 || state.rare().store_reserved != 0 {
             let rare = state.rare_mut();
             rare.store_reserved = grant.reserved_all;

@@ -79,10 +79,12 @@ impl From<&Rate> for Refill {
 impl Refill {
     /// `tokens` refilled from `from` to `to`, up to the burst: at `L − R` up to `until`, at `L`
     /// after it (a bucket's refill, piecewise, as the store's `Reservations::advance`).
+    /// A `to` before `from` (a decision that began before another one settled first) adds
+    /// nothing.
     fn refill(&self, tokens: f64, from: u64, to: u64) -> f64 {
         let (mut tokens, mut at) = (tokens, from);
         if self.reserved > 0 && at < self.until {
-            let end = to.min(self.until);
+            let end = to.min(self.until).max(at);
             let milli = (self.rate.requests_per_unit as f64 * PER_MILLE as f64
                 - self.reserved as f64)
                 .max(0.0);
@@ -354,6 +356,12 @@ mod tests {
         assert_eq!(spend_a_second(reserved(u64::MAX)), 41);
         assert!((21..=22).contains(&spend_a_second(reserved(500_000))));
         assert_eq!(spend_a_second(reserved(0)), 1, "lapsed before the outage");
+        // Spending dated before the last (a decision that began first and settled second)
+        // refills nothing, and wraps nothing.
+        let mut owed = Owed::default();
+        owed.spend(reserved(u64::MAX), 1, 50.0, 100, 1_000_000, 10);
+        owed.spend(reserved(u64::MAX), 1, 50.0, 100, 999_000, 10);
+        assert_eq!(owed.due(reserved(u64::MAX)), 20);
     }
 
     #[test]

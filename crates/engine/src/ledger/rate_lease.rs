@@ -4,7 +4,10 @@
 //!
 //! The stock fills from when the grant reached this instance until the call's send time plus the
 //! ttl, and stops at the send time of the next call: both inside the store's own window, so what
-//! it fills is never more than the store kept back from the bucket's refill.
+//! it fills is never more than the store kept back from the bucket's refill. A next call that
+//! fails leaves it filling to the reservation's end ([`RateLease::failed`]): the store keeps the
+//! reservation unless the call reached it, and one that reached it with its answer lost is the
+//! exception (docs/global-quotas.md, *After an outage*).
 
 use sluice_core::bucket::Rate;
 use sluice_core::reserve;
@@ -51,7 +54,7 @@ pub struct RateLease {
     /// The stock has filled up to here (engine clock, µs).
     pub filled_to: u64,
     /// It fills until here: the last call's send time plus its ttl, or the next call's send
-    /// time once that call is sent.
+    /// time once that call is sent (back to the first, [`ends`](Self::ends), if it fails).
     pub until: u64,
     /// The last call's send time plus its ttl, never cut: where the reservation the store holds
     /// ends at the earliest, on this instance's clock.
@@ -79,8 +82,9 @@ pub struct RateLease {
     /// The stock has filled a whole token since its reservation began (from none): from then
     /// on its fills keep in step with its demand, and the fraction it holds is its own.
     pub filled_a_token: bool,
-    /// A call failed since the last answer ([`failed`](Self::failed)): the fallback decides
-    /// what the stock cannot pay, from a local bucket the stock's fills no longer restart.
+    /// A call failed since the last answer ([`failed`](Self::failed); cleared by any answer,
+    /// `LeaseState::rate_lease_answered`): the fallback decides what the stock cannot pay,
+    /// from a local bucket the stock's fills no longer restart.
     pub outage: bool,
 }
 
@@ -212,7 +216,6 @@ impl RateLease {
             self.filled_a_token = false;
         }
         self.per_mille = per_mille;
-        self.outage = false;
         self.filled_to = arrived;
         self.until = ends;
         self.ends = ends;
@@ -309,12 +312,29 @@ impl super::LeaseState {
             .is_some_and(RateLease::recorded)
     }
 
-    /// The last call failed ([`RateLease::failed`]).
+    /// The last call failed ([`RateLease::failed`]): the fallback's local bucket starts empty
+    /// from where the stock has filled to, as at each fill before, and from then on refills
+    /// beside the stock.
     pub fn rate_lease_failed(&mut self) {
         if let Some(rare) = self.rare.as_deref_mut()
             && let Some(r) = rare.rate_lease.as_mut()
         {
+            if !r.outage && r.per_mille > 0 && r.filled_to > self.local.updated_micros {
+                self.local = sluice_core::bucket::BucketState::empty(r.filled_to);
+            }
             r.failed();
+        }
+    }
+
+    /// A lease call was answered: whatever failed before, the store is back for this key, and
+    /// the stock's fills restart the fallback's local bucket again ([`RateLease::outage`]). A
+    /// blip left unanswered until the next renewal (up to three quarters of its ttl) let the
+    /// local bucket bank the time since, counted twice by an outage after it.
+    pub fn rate_lease_answered(&mut self) {
+        if let Some(rare) = self.rare.as_deref_mut()
+            && let Some(r) = rare.rate_lease.as_mut()
+        {
+            r.outage = false;
         }
     }
 

@@ -101,6 +101,33 @@ impl Terms {
         }
     }
 
+    /// The store's reservations lapsed (`LeaseState::store_reserved`) since the `local_share`
+    /// fallback's local bucket last refilled: it refills up to their lapse at the share of
+    /// `L − R` first, then (lazily, at the next decision) at the share of `L`. Refilled at the
+    /// later share over the whole gap, an idle fallback banked what the store never refilled:
+    /// one sidecar, 80% of `L` reserved, idle for the second before the lapse, held 100 tokens
+    /// where 20 were its (a hostile review of the change).
+    pub(super) fn catch_up_reserved(&self, state: &mut LeaseState, now: u64) {
+        if !matches!(
+            self.store,
+            StoreStatus::Down {
+                fallback: Fallback::LocalShare,
+                ..
+            }
+        ) {
+            return;
+        }
+        let (reserved, until) = (
+            state.rare().store_reserved,
+            state.rare().store_reserved_until,
+        );
+        if reserved == 0 || now < until || state.local.updated_micros >= until {
+            return;
+        }
+        let (_, share) = self.effective_reserving(reserved);
+        state.local.refill(&share, until);
+    }
+
     /// Tokens the bucket must hold for this to pass: the hits, or one for a peek (0 hits asks
     /// whether one more request would pass).
     pub(super) fn need(&self) -> u64 {

@@ -114,19 +114,25 @@ fn fallbacks_decide_while_the_store_is_down() {
     );
 }
 
+/// One hit on a key of 100 a second (burst 100) whose store is down, decided by `local_share`
+/// among `instances` sidecars.
+fn local_share(instances: u64) -> Terms {
+    Terms {
+        store: StoreStatus::Down {
+            fallback: Fallback::LocalShare,
+            instances,
+        },
+        rate: Rate::per_unit(100, Unit::Second),
+        ..terms(1, Mode::Strict, 100)
+    }
+}
+
 /// With leases of rate the fallback shares what the store refills the bucket with, `L − R`,
 /// exactly (thousandths of a token over `1000·n` periods), while the reservations last; then
 /// `L` again.
 #[test]
 fn the_fallback_shares_the_refill_reservations_leave() {
-    let down = Terms {
-        store: StoreStatus::Down {
-            fallback: Fallback::LocalShare,
-            instances: 3,
-        },
-        rate: Rate::per_unit(100, Unit::Second),
-        ..terms(1, Mode::Strict, 100)
-    };
+    let down = local_share(3);
     let (_, share) = down.effective_reserving(40_000);
     assert_eq!(
         (share.requests_per_unit, share.unit_multiplier),
@@ -157,6 +163,32 @@ fn the_fallback_shares_the_refill_reservations_leave() {
     s.rare_mut().store_reserved_until = 5 * SEC;
     assert_eq!(s.store_reserved(5 * SEC - 1), 40_000);
     assert_eq!(s.store_reserved(5 * SEC), 0);
+}
+
+/// Across the reservations' lapse the fallback's local bucket refills at the share of `L − R`
+/// up to it and at the share of `L` after: one sidecar, 80 of 100 a second reserved until 5 s,
+/// its local bucket empty at 4.5 s, asked at 5.2 s: 0.5 s at 20 and 0.2 s at 100, 30 tokens
+/// (70, refilled at 100 over the whole gap).
+#[test]
+fn the_fallback_refills_at_each_share_across_the_reservations_lapse() {
+    let down = local_share(1);
+    let mut s = LeaseState::new(Mode::Strict, &down.rate, 0);
+    s.rare_mut().store_reserved = 80_000;
+    s.rare_mut().store_reserved_until = 5 * SEC;
+    s.local = sluice_core::bucket::BucketState::empty(4 * SEC + SEC / 2);
+    let now = 5 * SEC + SEC / 5;
+    let admitted = (0..100)
+        .filter(|_| {
+            settled(settle(
+                std::slice::from_ref(&down),
+                &mut [&mut s],
+                now,
+                true,
+            ))
+            .0
+        })
+        .count();
+    assert_eq!(admitted, 30);
 }
 
 /// What `local_share` spends on a leased rule is owed to the global bucket, as far as the
