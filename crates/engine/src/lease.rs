@@ -304,7 +304,11 @@ impl Leaser {
         now: u64,
     ) -> Option<StoreError> {
         // What the fallback owes for what it spent while the store was down is charged first.
+        // Failed, it is a failed lease call to the stock too (`RateLease::failed`): else a key
+        // still owing when the store went down again kept restarting its fallback's local
+        // bucket at each fill, and its fallback admitted next to nothing.
         if let Some(e) = self.charge_owed(bucket, store_key).await {
+            bucket.lock().rate_lease_failed();
             return Some(e);
         }
         let reserve = self.reserve_ask(policy, bucket, now);

@@ -222,7 +222,8 @@ impl RateLease {
         self.ttl = ttl;
     }
 
-    /// Whether to renew: the reservation is in its last quarter (or over while it had one), its
+    /// Whether to renew: a call failed since the last answer, the reservation is in its last
+    /// quarter (or over while it had one), its
     /// stock dropped a stock's worth (at least 2 tokens) that the renewal gives back, or
     /// the demand seen since the last measurement (`unsent`: hits since the last call) is
     /// clearly not what the last ask was sized for: more than three standard deviations of a
@@ -231,6 +232,13 @@ impl RateLease {
     pub fn due(&self, rate: &Rate, now: u64, unsent: u64) -> bool {
         if self.per_mille == 0 {
             return false;
+        }
+        // A call failed and none has been answered since: renew (on a live store) so the
+        // answer ends the outage's hold on the fallback's local bucket (`outage`). A key its
+        // stock pays made no call until its ttl's last quarter, and its local bucket banked
+        // its share of the burst meanwhile, for an outage after to spend on top.
+        if self.outage {
+            return true;
         }
         if now.saturating_add(self.ttl / 4) >= self.until || self.dropped >= self.cap(rate).max(2) {
             return true;
