@@ -219,7 +219,7 @@ pub fn slack(rate: &Rate, tokens: f64) -> bool {
 /// Refills `bucket` to `to` at `L − R` (`reserved` = `R`, thousandths); at `L` itself, with
 /// [`Rate::refill`]'s arithmetic, when nothing is reserved. A `to` before the last update adds
 /// nothing (clock skew), as [`BucketState::refill`].
-fn refill_reduced(bucket: &mut BucketState, rate: &Rate, reserved: u64, to: u64) {
+pub fn refill_reduced(bucket: &mut BucketState, rate: &Rate, reserved: u64, to: u64) {
     let elapsed = to.saturating_sub(bucket.updated_micros);
     bucket.tokens = if reserved == 0 {
         rate.refill(bucket.tokens, elapsed)

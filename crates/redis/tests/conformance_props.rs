@@ -300,16 +300,7 @@ async fn on_memory(c: &Case) -> Vec<Seen> {
             }
             Op::Charge(n, debt) => {
                 let g = store.charge("k", c.rate, n, debt).await.expect("charge");
-                (
-                    g.granted,
-                    milli(g.remaining),
-                    g.window,
-                    g.ends_in,
-                    g.turn_in,
-                    g.reserved,
-                    g.reserved_all,
-                    g.reserved_ends_in,
-                )
+                seen_grant(&g, milli(g.remaining))
             }
         });
     }
@@ -364,16 +355,7 @@ async fn on_redis(store: &RedisStore, key: &str, c: &Case) -> Vec<Seen> {
                     .charge_at(key, c.rate, n, debt, Some(now))
                     .await
                     .expect("charge");
-                (
-                    g.granted,
-                    milli(g.remaining),
-                    g.window,
-                    g.ends_in,
-                    g.turn_in,
-                    g.reserved,
-                    g.reserved_all,
-                    g.reserved_ends_in,
-                )
+                seen_grant(&g, milli(g.remaining))
             }
         });
     }

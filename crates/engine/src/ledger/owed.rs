@@ -51,7 +51,7 @@
 //! window's store count gives no tokens back during the outage, so nothing refilled there.
 
 use sluice_core::bucket::{BucketState, Rate};
-use sluice_core::reserve::PER_MILLE;
+use sluice_core::reserve::refill_reduced;
 
 /// How the store refills a key's bucket: at `L`, or, while leases of rate reserve `reserved`
 /// thousandths of a token per period, at `L − R` until `until` (µs, this instance's clock: the
@@ -77,23 +77,15 @@ impl From<&Rate> for Refill {
 }
 
 impl Refill {
-    /// `tokens` refilled from `from` to `to`, up to the burst: at `L − R` up to `until`, at `L`
-    /// after it (a bucket's refill, piecewise, as the store's `Reservations::advance`).
-    /// A `to` before `from` (a decision that began before another one settled first) adds
+    /// Refills `bucket` to `to`, up to the burst: at `L − R` up to `until`, at `L` after it (a
+    /// bucket's refill, piecewise, as the store's `Reservations::advance`). A `to` before the
+    /// bucket's last update (a decision that began before another one settled first) adds
     /// nothing.
-    fn refill(&self, tokens: f64, from: u64, to: u64) -> f64 {
-        let (mut tokens, mut at) = (tokens, from);
-        if self.reserved > 0 && at < self.until {
-            let end = to.min(self.until).max(at);
-            let milli = (self.rate.requests_per_unit as f64 * PER_MILLE as f64
-                - self.reserved as f64)
-                .max(0.0);
-            let added =
-                (end - at) as f64 * milli / (self.rate.period_micros() as f64 * PER_MILLE as f64);
-            tokens = (tokens + added).min(self.rate.burst as f64);
-            at = end;
+    fn refill(&self, bucket: &mut BucketState, to: u64) {
+        if self.reserved > 0 && bucket.updated_micros < self.until {
+            refill_reduced(bucket, &self.rate, self.reserved, to.min(self.until));
         }
-        self.rate.refill(tokens, to.saturating_sub(at))
+        refill_reduced(bucket, &self.rate, 0, to);
     }
 }
 
@@ -164,10 +156,8 @@ impl Owed {
                 instances: instances.max(1),
             })
         });
-        let exact = &mut account.exact;
-        exact.tokens = refill.refill(exact.tokens, exact.updated_micros, now);
-        exact.updated_micros = exact.updated_micros.max(now);
-        exact.tokens -= account.instances as f64 * tokens as f64;
+        refill.refill(&mut account.exact, now);
+        account.exact.tokens -= account.instances as f64 * tokens as f64;
     }
 
     /// What is owed: what is settled, and what the outage in progress owes so far.
@@ -194,7 +184,13 @@ impl Account {
     /// open), so crediting it would charge too little.
     fn owes(&self, refill: &Refill) -> u64 {
         let at = self.exact.updated_micros;
-        let store = refill.refill(self.start, self.since, at);
+        let mut store = BucketState {
+            tokens: self.start,
+            updated_micros: self.since,
+            previous: 0.0,
+        };
+        refill.refill(&mut store, at);
+        let store = store.tokens;
         let owed = (store - self.exact.tokens) / self.instances as f64;
         (owed - 1e-9).ceil().max(0.0) as u64
     }

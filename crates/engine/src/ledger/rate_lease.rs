@@ -275,6 +275,14 @@ impl RateLease {
         self.outage = true;
     }
 
+    /// Starts the fallback's `local` bucket empty from where the stock has filled to (see
+    /// `LeaseState::fill`), unless a call failed since the last answer ([`outage`](Self::outage)).
+    fn restart(&self, local: &mut sluice_core::bucket::BucketState) {
+        if !self.outage && self.filled_to > local.updated_micros {
+            *local = sluice_core::bucket::BucketState::empty(self.filled_to);
+        }
+    }
+
     /// Whether a reservation fills the stock now.
     pub fn live(&self, now: u64) -> bool {
         self.per_mille > 0 && now < self.until
@@ -298,9 +306,7 @@ impl super::LeaseState {
             && r.per_mille > 0
         {
             r.fill(rate, &mut self.lease, now);
-            if !r.outage && r.filled_to > self.local.updated_micros {
-                self.local = sluice_core::bucket::BucketState::empty(r.filled_to);
-            }
+            r.restart(&mut self.local);
         }
     }
 
@@ -327,8 +333,8 @@ impl super::LeaseState {
         if let Some(rare) = self.rare.as_deref_mut()
             && let Some(r) = rare.rate_lease.as_mut()
         {
-            if !r.outage && r.per_mille > 0 && r.filled_to > self.local.updated_micros {
-                self.local = sluice_core::bucket::BucketState::empty(r.filled_to);
+            if r.per_mille > 0 {
+                r.restart(&mut self.local);
             }
             r.failed();
         }
