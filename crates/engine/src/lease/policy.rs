@@ -259,8 +259,9 @@ impl Policy<'_> {
     }
 
     /// The reservation a lease call of a key in `state` (a bucket of `rate`) sent at `now` asks
-    /// for, as `holder` (`None`: leases of rate are off, the store is in process, or the key is
-    /// not a strict token bucket). Its stock stops filling at `now`: the store ends the old
+    /// for, as `holder` (`None`: leases of rate are off, the store is in process, the key is
+    /// not a strict token bucket, or it has no lease of rate and is too thin to start one,
+    /// [`RateLease::worth_starting`]). Its stock stops filling at `now`: the store ends the old
     /// reservation when the call arrives.
     pub(super) fn reserve(
         &self,
@@ -281,6 +282,11 @@ impl Policy<'_> {
         // if none): counted from the first ask, a starved sidecar of a thousand, with 20 hits
         // seen while it waited for its turn, asked for 20 a second.
         let since = state.leased_at.min(now);
+        if state.rare().rate_lease.is_none()
+            && !RateLease::worth_starting(seen, now - since, state.demand_per_sec)
+        {
+            return None;
+        }
         let lease = state
             .rare_mut()
             .rate_lease

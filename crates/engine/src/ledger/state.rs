@@ -189,6 +189,12 @@ impl LeaseState {
         self.rare.get_or_insert_with(Box::default)
     }
 
+    /// Whether this key boxed its rare part (most keys never do: docs/architecture.md, *Memory
+    /// per tracked key*).
+    pub fn rare_boxed(&self) -> bool {
+        self.rare.is_some()
+    }
+
     /// A new key's state: no lease, a full local bucket.
     pub fn new(mode: Mode, rate: &Rate, now: u64) -> Self {
         Self {

@@ -476,3 +476,31 @@ fn a_rate_leased_key_asks_for_its_share_of_the_top_half() {
         "a quarter of the burst (half of it, between 2): {a:?}"
     );
 }
+
+/// With leases of rate on, a thin key of a remote store (a hit in the 20 s since its grant, as
+/// each of 100 000 keys sharing 5 000 requests a second) asks for no reservation and boxes no
+/// rare part; one that saw 10 hits in the second since its grant starts its lease of rate and
+/// asks for 10 a second.
+#[test]
+fn only_a_key_that_could_fill_a_stock_starts_a_lease_of_rate() {
+    let settings = EngineSettings {
+        rate_lease_ttl: Some(std::time::Duration::from_secs(10)),
+        ..EngineSettings::default()
+    };
+    let p = policy(&settings, 2);
+    let r = rate(100, 100);
+    let mut thin = LeaseState::new(Mode::Strict, &r, NOW);
+    thin.add_grant(1, 50.0, 1, NOW);
+    thin.spent_since_lease = 1;
+    assert_eq!(p.reserve(&mut thin, &r, 7, NOW + 20_000_000), None);
+    assert!(!thin.rare_boxed(), "a thin key boxed its rare part");
+
+    let mut busy = LeaseState::new(Mode::Strict, &r, NOW);
+    busy.add_grant(1, 50.0, 1, NOW);
+    busy.spent_since_lease = 10;
+    let asked = p
+        .reserve(&mut busy, &r, 7, NOW + 1_000_000)
+        .expect("a reservation");
+    assert_eq!((asked.holder, asked.per_mille), (7, 10_000));
+    assert!(busy.rare_boxed());
+}
