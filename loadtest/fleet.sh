@@ -16,7 +16,8 @@
 #   LOADS="400 80"         offered req/s: 4x the limit (starved) and 80% of it (under the limit)
 #   TARGETS="standalone cluster"
 #   KEYS=1                 1: one key; more: Zipf(1) over that many keys of the same limit
-#   RATE_LEASE_TTL=10s     leases of rate (engine.rate_lease_ttl; default: token leases only)
+#   RATE_LEASE_TTL=off     engine.rate_lease_ttl of the sidecars: off leases tokens only (default:
+#                          sluice's, leases of rate with a 10 s ttl)
 #   COLD_COUNT=1           traffic from the moment each sidecar reaches Redis, while the fleet may
 #                          still be counting itself (default: once every sidecar counts all N)
 # Needs Docker and the redis:7.0 image (../shared/scripts/local-images.sh redis).

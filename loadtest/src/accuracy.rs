@@ -83,7 +83,7 @@ struct Args {
     /// heartbeat); by default it waits until every sidecar counts them all.
     #[arg(long)]
     cold_count: bool,
-    /// `engine.rate_lease_ttl` of the sidecars: leases of rate (e.g. `10s`; default: off).
+    /// `engine.rate_lease_ttl` of the sidecars: leases of rate (e.g. `10s`), or `off` for token leases only (default: sluice's, `10s`).
     #[arg(long)]
     rate_lease_ttl: Option<String>,
 }

@@ -51,7 +51,11 @@ fn engine_errors_name_their_line() {
             &format!("rate_lease_ttl must be from 1s to 1h, not {bad}"),
         );
     }
-    located("engine:\n  rate_lease_ttl: 0s\n", 2, "must be above zero");
+    located(
+        "engine:\n  rate_lease_ttl: 0s\n",
+        2,
+        "rate_lease_ttl must be from 1s to 1h, not 0",
+    );
     for (text, ttl) in [("1s", 1), ("10s", 10), ("1h", 3_600)] {
         let ok = parse_config(&format!("engine:\n  rate_lease_ttl: {text}\n")).expect(text);
         assert_eq!(
@@ -59,8 +63,19 @@ fn engine_errors_name_their_line() {
             Some(std::time::Duration::from_secs(ttl))
         );
     }
-    let off = parse_config("engine: {}\n").expect("defaults");
-    assert!(off.engine.rate_lease_ttl.is_none(), "off unless set");
+    let on = parse_config("engine: {}\n").expect("defaults");
+    assert_eq!(
+        on.engine.rate_lease_ttl.map(|d| d.0),
+        Some(std::time::Duration::from_secs(10)),
+        "on unless set"
+    );
+    let off = parse_config("engine:\n  rate_lease_ttl: off\n").expect("off");
+    assert!(off.engine.rate_lease_ttl.is_none(), "off when set so");
+    located(
+        "engine:\n  rate_lease_ttl: Off\n",
+        2,
+        "rate_lease_ttl is `off` or a duration: duration 'Off' must start with a whole number",
+    );
 }
 
 /// Durations that overflowed later (a panic in the heartbeat task, a wrap to 0.45 s) are errors.

@@ -21,7 +21,7 @@
 //!   task tracker), over the lease policy, a synchronous step with no store I/O (`lease/policy.rs`:
 //!   what a call asks for, sized in `lease/policy/size.rs`; `lease/grant.rs`: what its answer does to the key), and the
 //!   reservations leases of rate ask for
-//!   (`lease/rates.rs`; only with `engine.rate_lease_ttl` set, `EngineSettings::rate_lease_ttl`).
+//!   (`lease/rates.rs`; unless `engine.rate_lease_ttl: off`, `EngineSettings::rate_lease_ttl`).
 //! - [`quota`]: peeking at quotas and listing tracked keys, for operators.
 //! - [`metrics`]: the engine's Prometheus series.
 //! - [`engine`]: [`Engine`], which runs a decision through the modules above.

@@ -147,9 +147,10 @@ pub struct EngineConfig {
     /// memory without bound (each lapses at its rule's `hold_timeout`).
     #[serde(deserialize_with = "max_holds")]
     pub max_holds: usize,
-    /// Leases of rate (docs/global-quotas.md, "Leases of rate"; experimental, off unset): each
-    /// sidecar also reserves a share of a strict token bucket's rate on the remote store, by
-    /// the demand it measured, for at least this long (renewed before it ends). In [1s, 1h].
+    /// Leases of rate (docs/global-quotas.md, "Leases of rate"): each sidecar also reserves a
+    /// share of a strict token bucket's rate on the remote store, by the demand it measured,
+    /// for at least this long (renewed before it ends). In [1s, 1h], default 10s; `off` leases
+    /// tokens only (`None`).
     #[serde(deserialize_with = "rate_lease_ttl")]
     pub rate_lease_ttl: Option<HumanDuration>,
 }
@@ -165,7 +166,7 @@ impl Default for EngineConfig {
             cold_lease_ttl: HumanDuration(Duration::from_secs(30)),
             starved_calls_per_sec: 10,
             max_holds: 1_000_000,
-            rate_lease_ttl: None,
+            rate_lease_ttl: Some(HumanDuration(DEFAULT_RATE_LEASE_TTL)),
         }
     }
 }
@@ -326,12 +327,23 @@ fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, 
     }
 }
 
-/// `engine.rate_lease_ttl`: in [1s, 1h] (the store keeps a reservation at most
+/// `engine.rate_lease_ttl` unless set: long enough that renewals (in a reservation's last
+/// quarter) cost a sidecar a call every 7.5 s, short enough that a pod that left without ending
+/// its reservation holds its share for at most 10 s.
+pub const DEFAULT_RATE_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// `engine.rate_lease_ttl`: `off`, or in [1s, 1h] (the store keeps a reservation at most
 /// [`crate::reserve::MAX_TTL_MICROS`], an hour).
 fn rate_lease_ttl<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<HumanDuration>, D::Error> {
-    let ttl = HumanDuration::deserialize(d)?;
+    let text = String::deserialize(d)?;
+    if text == "off" {
+        return Ok(None);
+    }
+    let ttl: HumanDuration = text.parse().map_err(|e| {
+        serde::de::Error::custom(format!("rate_lease_ttl is `off` or a duration: {e}"))
+    })?;
     let longest = Duration::from_micros(crate::reserve::MAX_TTL_MICROS);
     if (Duration::from_secs(1)..=longest).contains(&ttl.0) {
         Ok(Some(ttl))
