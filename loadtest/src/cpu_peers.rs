@@ -65,6 +65,10 @@ struct Args {
     /// as 50 in flight allow: latency at a load every server sustains, not at saturation.
     #[arg(long)]
     rate: Option<u32>,
+    /// sluice's `engine.rate_lease_ttl` (e.g. `off`: token leases only, for an A/B against
+    /// sluice's default, leases of rate).
+    #[arg(long)]
+    rate_lease_ttl: Option<String>,
 }
 
 /// The services compared, in the order they run in each round.
@@ -147,10 +151,11 @@ const LOADS: [(&str, &str); 2] = [
 ];
 
 /// One limit per `client` value, far above the load: the cost of a decision, not of a denial.
-fn sluice_config(redis: Option<&str>, exact: bool) -> String {
+fn sluice_config(redis: Option<&str>, exact: bool, rate_lease_ttl: Option<&str>) -> String {
     let mode = if exact { ", mode: exact" } else { "" };
+    let rates = rate_lease_ttl.map_or(String::new(), |t| format!(", rate_lease_ttl: {t}"));
     let mut y = format!(
-        "domains:\n  - domain: bench\n    descriptors:\n      - key: client\n        rate_limit: {{unit: second, requests_per_unit: 1000000000{mode}}}\nengine: {{max_keys: 2000000}}\n"
+        "domains:\n  - domain: bench\n    descriptors:\n      - key: client\n        rate_limit: {{unit: second, requests_per_unit: 1000000000{mode}}}\nengine: {{max_keys: 2000000{rates}}}\n"
     );
     if let Some(url) = redis {
         y.push_str(&format!("redis: {{url: \"{url}\"}}\n"));
@@ -207,7 +212,10 @@ fn start(args: &Args, service: Service, redis: Option<&Standalone>) -> anyhow::R
         Service::Sluice | Service::SluiceRedis | Service::SluiceExact => {
             let config = dir.path().join("sluice.yaml");
             let exact = service == Service::SluiceExact;
-            std::fs::write(&config, sluice_config(url.as_deref(), exact))?;
+            std::fs::write(
+                &config,
+                sluice_config(url.as_deref(), exact, args.rate_lease_ttl.as_deref()),
+            )?;
             let mut c = Command::new(&args.sluice);
             c.arg("serve")
                 .arg("--config")
