@@ -242,7 +242,7 @@ impl Leaser {
         state.fill(&bucket.rate, now);
         if hits == 0 {
             // A reading older than a lease horizon is read again (others spend meanwhile).
-            state.global_known
+            state.global_known()
                 && now.saturating_sub(state.global_read_at) < micros(self.settings.lease_horizon)
         } else {
             let waits = now < state.retry_at() && !state.early_call_due(now);

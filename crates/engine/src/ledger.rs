@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 use crate::decision::Denial;
 
 pub use owed::Owed;
-pub use state::LeaseState;
+pub use state::{LeaseState, Reading};
 pub use terms::{StoreStatus, Terms};
 
 /// One bucket's answer.
@@ -80,7 +80,7 @@ pub fn settle(
     debug_assert_eq!(terms.len(), states.len());
     for (t, s) in terms.iter().zip(states.iter_mut()) {
         s.expire(now);
-        t.catch_up_reserved(s, now);
+        t.catch_up_fallback(s, now);
     }
     // Pass 1: can every enforcing bucket pay?
     let paid: SmallVec<[Result<(), Denial>; 4]> = terms

@@ -331,9 +331,10 @@ impl BucketTable {
             // A lease of rate's stock is kept while the reservation fills it: this instance's
             // share of the rate, capped, with what calls took beyond a request's lack (its
             // share of the burst's top half, or a refill ahead: `lease/policy.rs`), spent
-            // before the stock fills past its cap.
+            // before the stock fills past its cap; until the key goes unused for longer than
+            // its demand explains (`LeaseState::rate_lease_unused`).
             let lapsed = if state.rate_leased(now) {
-                false
+                state.rate_lease_unused(now.saturating_sub(bucket.last_used()), ttl)
             } else if state.queued {
                 held > starved_ttl
             } else if state.cold_lease {
@@ -344,7 +345,7 @@ impl BucketTable {
             if (is_idle || lapsed) && (state.lease > 0 || state.rate_lease_recorded()) {
                 returns.extend(Return::take(bucket, &mut state, now));
                 // The global reading is stale once tokens went back; read it again on use.
-                state.global_known = false;
+                state.reading = crate::ledger::Reading::Unknown;
             }
             let evict = is_idle && state.at_rest(state.mode, &bucket.rate, now);
             if evict {

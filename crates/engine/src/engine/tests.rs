@@ -74,7 +74,27 @@ fn fleet_with(
         .collect()
 }
 
-/// Leases of rate on (`engine.rate_lease_ttl: 10s`), every other setting a default.
+/// How many cases a property draws: `ci`, or `PROPTEST_CASES` for a search (a config's own
+/// `cases` wins over the variable, so the properties with fewer than proptest's 256 read it
+/// here).
+fn cases(ci: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ci)
+}
+
+/// Token leases only (`engine.rate_lease_ttl: off`), every other setting a default: the
+/// policy before leases of rate, still one setting away, tested beside them.
+fn token_leases() -> EngineSettings {
+    EngineSettings {
+        rate_lease_ttl: None,
+        ..EngineSettings::default()
+    }
+}
+
+/// Leases of rate on (`engine.rate_lease_ttl: 10s`, the default), every other setting a
+/// default.
 fn rate_leases() -> EngineSettings {
     EngineSettings {
         rate_lease_ttl: Some(std::time::Duration::from_secs(10)),

@@ -210,7 +210,7 @@ impl super::LeaseState {
         now: u64,
         tokens: u64,
     ) {
-        let reading = if self.global_known {
+        let reading = if self.global_known() {
             self.global_remaining
         } else {
             0.0

@@ -6,6 +6,19 @@ use sluice_core::config::Mode;
 
 use super::owed::Owed;
 
+/// What a key's state knows of the global bucket's level (`LeaseState::global_remaining`).
+/// One byte: the state has no other spare (docs/architecture.md, *Memory per tracked key*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Never read, or stale (tokens went back since).
+    Unknown,
+    /// Read at `global_read_at`.
+    Read,
+    /// Read, and since then the `local_share` fallback cut its local bucket to this
+    /// instance's share of it (`Terms::catch_up_fallback`: once per reading).
+    Shared,
+}
+
 /// The mutable state of one bucket key in this process.
 #[derive(Debug, Clone)]
 pub struct LeaseState {
@@ -15,8 +28,9 @@ pub struct LeaseState {
     pub lease: u64,
     /// Global tokens left after our last store call (for reporting `limit_remaining`).
     pub global_remaining: f64,
-    /// Whether `global_remaining` has been read at least once.
-    pub global_known: bool,
+    /// Whether `global_remaining` was read (and is not stale), and whether the fallback has
+    /// started from it since ([`Reading`]; [`global_known`](Self::global_known)).
+    pub reading: Reading,
     /// Whether the lease is a cold lease: the store still held at least half the burst after
     /// it was granted. The sweep keeps such a lease for `cold_lease_ttl`, others for
     /// `lease_ttl`. Decided by the store's answer, not by `far_from_limit`'s estimate, which
@@ -189,6 +203,11 @@ impl LeaseState {
         self.rare.get_or_insert_with(Box::default)
     }
 
+    /// Whether `global_remaining` has been read at least once (and is not stale).
+    pub fn global_known(&self) -> bool {
+        self.reading != Reading::Unknown
+    }
+
     /// Whether this key boxed its rare part (most keys never do: docs/architecture.md, *Memory
     /// per tracked key*).
     pub fn rare_boxed(&self) -> bool {
@@ -202,7 +221,7 @@ impl LeaseState {
             local: BucketState::full(rate, now),
             lease: 0,
             global_remaining: rate.burst as f64,
-            global_known: false,
+            reading: Reading::Unknown,
             cold_lease: false,
             global_read_at: now,
             queued: false,
@@ -291,7 +310,7 @@ impl LeaseState {
     /// of its burst or more) at the last reading, not refilled since; or no reading is kept
     /// (never read here, or read before this instance gave its tokens back).
     pub fn showed_slack(&self, rate: &Rate) -> bool {
-        !self.global_known || sluice_core::reserve::slack(rate, self.global_remaining)
+        !self.global_known() || sluice_core::reserve::slack(rate, self.global_remaining)
     }
 
     /// Whether the key looks far from its limit: never read here, or the global bucket held at
@@ -299,7 +318,7 @@ impl LeaseState {
     /// *cold lease*: sized without measured demand (`Policy::fleet_share`, `lease/policy.rs`) and kept for
     /// `cold_lease_ttl` instead of `lease_ttl`.
     pub fn far_from_limit(&self, rate: &Rate, now: u64) -> bool {
-        !self.global_known || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0
+        !self.global_known() || self.global_estimate(rate, now) >= rate.burst as f64 / 2.0
     }
 
     /// The demand seen since the last lease: hits spent and hits denied for want of tokens.
@@ -325,11 +344,11 @@ impl LeaseState {
     /// Records a reading of the global bucket taken at `now`, unless a later one is held (calls
     /// answered out of order keep what the store said last).
     pub fn read_global(&mut self, remaining: f64, now: u64) {
-        if self.global_known && now < self.global_read_at {
+        if self.global_known() && now < self.global_read_at {
             return;
         }
         self.global_remaining = remaining;
-        self.global_known = true;
+        self.reading = Reading::Read;
         self.global_read_at = now;
     }
 

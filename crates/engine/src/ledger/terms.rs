@@ -5,7 +5,7 @@
 use sluice_core::bucket::{Algorithm, Rate};
 use sluice_core::config::{Fallback, Mode};
 
-use super::LeaseState;
+use super::{LeaseState, Reading};
 use crate::decision::Denial;
 
 /// How the global store stood for a bucket during this decision.
@@ -101,13 +101,23 @@ impl Terms {
         }
     }
 
-    /// The store's reservations lapsed (`LeaseState::store_reserved`) since the `local_share`
-    /// fallback's local bucket last refilled: it refills up to their lapse at the share of
-    /// `L − R` first, then (lazily, at the next decision) at the share of `L`. Refilled at the
-    /// later share over the whole gap, an idle fallback banked what the store never refilled:
-    /// one sidecar, 80% of `L` reserved, idle for the second before the lapse, held 100 tokens
-    /// where 20 were its (a hostile review of the change).
-    pub(super) fn catch_up_reserved(&self, state: &mut LeaseState, now: u64) {
+    /// Brings the `local_share` fallback's local bucket up to `now` before it decides (nothing
+    /// while the store is up):
+    ///
+    /// - **Its first decision since the key's last reading of the global bucket** keeps at
+    ///   most this instance's share of that reading (`g/n`; [`Reading::Shared`] after). Its
+    ///   refill since the grant was this instance's only if no other sidecar leased it; a starved fleet's sidecars each lease all that refilled at their
+    ///   turn, and every fallback banked its share of it again: 2 sidecars at 470/s went 0.54 of
+    ///   a token beyond `B + L·t` and its slack within the outage (with leases of rate and no
+    ///   reservation yet, 8.4). Cut, the fallbacks start from at most what the store held as
+    ///   each last read it, whose error the slack of `ledger::Owed` states already. A key never
+    ///   read keeps its bucket (its debt counts from a reading of 0).
+    /// - **The store's reservations lapsed** (`LeaseState::store_reserved`) since the local
+    ///   bucket last refilled: it refills up to their lapse at the share of `L − R` first, then
+    ///   at the share of `L`. Refilled at the later share over the whole gap, an idle fallback
+    ///   banked what the store never refilled: one sidecar, 80% of `L` reserved, idle for the
+    ///   second before the lapse, held 100 tokens where 20 were its (a hostile review).
+    pub(super) fn catch_up_fallback(&self, state: &mut LeaseState, now: u64) {
         if !matches!(
             self.store,
             StoreStatus::Down {
@@ -121,11 +131,17 @@ impl Terms {
             state.rare().store_reserved,
             state.rare().store_reserved_until,
         );
-        if reserved == 0 || now < until || state.local.updated_micros >= until {
-            return;
+        if reserved > 0 && now >= until && state.local.updated_micros < until {
+            let (_, share) = self.effective_reserving(reserved);
+            state.local.refill(&share, until);
         }
-        let (_, share) = self.effective_reserving(reserved);
-        state.local.refill(&share, until);
+        if let (Reading::Read, Some(n)) = (state.reading, self.owes_store()) {
+            state.reading = Reading::Shared;
+            let (_, share) = self.effective_reserving(state.store_reserved(now));
+            state.local.refill(&share, now);
+            let cap = state.global_remaining.max(0.0) / n as f64;
+            state.local.tokens = state.local.tokens.min(cap);
+        }
     }
 
     /// Tokens the bucket must hold for this to pass: the hits, or one for a peek (0 hits asks

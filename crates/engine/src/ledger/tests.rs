@@ -191,6 +191,47 @@ fn the_fallback_refills_at_each_share_across_the_reservations_lapse() {
     assert_eq!(admitted, 30);
 }
 
+/// The fallback's first decision since the key's last reading of the global bucket keeps at
+/// most its share of that reading (`Terms::catch_up_fallback`): 2 sidecars on 100 a second, the
+/// store empty after this one's grant at 0 (the other sidecar's turn leases what refills next),
+/// the store gone by 0.15 s. The local bucket had banked 7.5 tokens of that refill; it starts
+/// from none, then refills at its share, 50 a second. A reading of 60 keeps 30 of a full
+/// local bucket (50), once per reading: a grant reading 10 cuts the next outage's to 5.
+#[test]
+fn the_fallback_starts_from_its_share_of_the_last_reading() {
+    let down = local_share(2);
+    let admit = |s: &mut LeaseState, at| {
+        (0..100)
+            .filter(|_| {
+                settled(settle(
+                    std::slice::from_ref(&down),
+                    &mut [&mut *s],
+                    at,
+                    true,
+                ))
+                .0
+            })
+            .count()
+    };
+    let mut s = LeaseState::new(Mode::Strict, &down.rate, 0);
+    s.add_grant(1, 0.0, 1, 0);
+    s.lease = 0;
+    assert_eq!(
+        admit(&mut s, 150_000),
+        0,
+        "the refill the other's turn took"
+    );
+    assert_eq!(admit(&mut s, 250_000), 5, "then its share");
+
+    let mut full = LeaseState::new(Mode::Strict, &down.rate, 0);
+    full.add_grant(1, 60.0, 1, 0);
+    full.lease = 0;
+    assert_eq!(admit(&mut full, 2 * SEC), 30);
+    assert_eq!(admit(&mut full, 2 * SEC + SEC / 10), 5, "not cut again");
+    full.add_grant(0, 10.0, 1, 3 * SEC);
+    assert_eq!(admit(&mut full, 4 * SEC), 5);
+}
+
 /// What `local_share` spends on a leased rule is owed to the global bucket, as far as the
 /// bucket's own refill during the outage does not already stand for it (`owed.rs`); a
 /// local-mode rule owes nothing; a grant starts the fallback's bucket empty.

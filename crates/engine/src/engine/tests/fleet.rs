@@ -43,6 +43,7 @@ struct Spell {
 /// `counted` instances are live (a fleet that starts together counts itself as it registers:
 /// each sidecar may believe it is alone until its next heartbeat). Requests are evenly spaced and go round-robin over the active engines; every
 /// engine sweeps as its maintenance loop would (every 250 ms). Checks `B + L·t` at every request.
+/// The default settings: leases of rate (`run_fleet_with` on `token_leases()` for the other).
 async fn run_fleet(n: usize, counted: u64, phases: &[Phase]) -> Result<Seen, String> {
     run_fleet_with(n, counted, phases, &EngineSettings::default()).await
 }
@@ -223,7 +224,7 @@ fn run_fleet_blocking(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
     /// Random demand below the limit, shifting between spells, with sidecars joining and leaving
     /// (the active set grows and shrinks), each sidecar counting the fleet (after a heartbeat):
     /// never over `B + L·t`, and never a denial.
@@ -267,7 +268,7 @@ fn over_and_under(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(16), ..ProptestConfig::default() })]
     /// Demand shifting above and below the limit (up to 6× it), sidecars joining and leaving:
     /// never over `B + L·t`, and no lockout. Once demand falls to 80% of the limit, the bucket
     /// an over-limit spell emptied refills at the 20% left over, up to `B / 0.2·L` (5 s); until
@@ -281,12 +282,12 @@ proptest! {
     fn a_fleet_over_and_under_the_limit_keeps_the_bound_and_recovers(
         (n, mut phases) in phases(64, 5..=600, 6_000)
     ) {
-        over_and_under(n, &mut phases, &EngineSettings::default())?;
+        over_and_under(n, &mut phases, &token_leases())?;
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(8), ..ProptestConfig::default() })]
     /// The property above with leases of rate on.
     #[test]
     fn with_leases_of_rate_a_fleet_over_and_under_the_limit_recovers(

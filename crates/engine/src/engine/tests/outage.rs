@@ -52,8 +52,12 @@ struct Seen {
     /// The most admitted over any window beyond `B + L·t` plus the tokens leases held at its
     /// start (negative: under it).
     worst_excess: f64,
-    /// The slack the bound is stated with (see [`run`]).
+    /// The slack the bound is stated with (see [`run`]), over the whole run.
     slack: f64,
+    /// The most any window's excess went beyond the slack known when the window ended: the
+    /// bound holds if this is not above 0 (a window is not excused by a term the run came to
+    /// only later, such as a flushed store's, or leases raced after the store returned).
+    worst_beyond: f64,
 }
 
 /// The global bucket's key as the store knows it, and every engine's last reading of it.
@@ -66,7 +70,7 @@ fn readings(engines: &[Engine]) -> (Option<String>, Vec<f64>) {
             e.table.for_each(|k, b| {
                 key = Some(key::store_key_of(b.identity, k));
                 let state = b.lock();
-                if state.global_known {
+                if state.global_known() {
                     reading = state.global_remaining;
                 }
             });
@@ -147,7 +151,8 @@ fn reserved_ahead(engines: &[Engine], rate: &Rate, now: u64) -> f64 {
     ahead
 }
 
-/// Runs `outage` on `n` engines sharing one store that counts `n` live instances. Requests are
+/// Runs `outage` on `n` engines with token leases only (`run_with` on `rate_leases()` is the
+/// default policy) sharing one store that counts `n` live instances. Requests are
 /// evenly spaced and go round-robin over the engines; every engine sweeps every 250 ms.
 ///
 /// The bound is checked over every window `(s, t]` of request times: admitted in it ≤
@@ -157,9 +162,10 @@ fn reserved_ahead(engines: &[Engine], rate: &Rate, now: u64) -> f64 {
 /// the engines' last readings of the global bucket were above its true level when the outage
 /// began (`Σ max(0, reading − level) / n`), for a flushed store the tokens it came back with
 /// above what it held (`B − level at the end`), and what was leased after the store returned
-/// while another engine had not yet charged its debt.
+/// while another engine had not yet charged its debt. Each window against the slack known when
+/// it ends ([`Seen::worst_beyond`]).
 async fn run(n: usize, outage: Outage) -> Seen {
-    run_with(n, outage, &EngineSettings::default()).await
+    run_with(n, outage, &token_leases()).await
 }
 
 /// [`run`] on engines with `settings`.
@@ -178,6 +184,7 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
     let secs = |at: u64| (at - start) as f64 / 1e6;
     let mut seen = Seen {
         worst_excess: f64::MIN,
+        worst_beyond: f64::MIN,
         ..Seen::default()
     };
     // The exact limiter: one bucket fed every request.
@@ -264,6 +271,7 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
             }
             let excess = admitted as f64 - L * secs(now) - lowest_start - B;
             seen.worst_excess = seen.worst_excess.max(excess);
+            seen.worst_beyond = seen.worst_beyond.max(excess - seen.slack);
         }
     }
     seen
@@ -303,10 +311,7 @@ async fn a_key_at_a_fifth_of_its_limit_is_not_denied_after_an_outage() {
             "flushed: {flushed}: {} of {} denied after the store returned",
             seen.denied_after, seen.sent_after
         );
-        assert!(
-            seen.worst_excess <= seen.slack + 1e-6,
-            "flushed: {flushed}: {seen:?}"
-        );
+        assert!(seen.worst_beyond <= 1e-6, "flushed: {flushed}: {seen:?}");
     }
 }
 
@@ -341,7 +346,7 @@ fn outages(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(32), ..ProptestConfig::default() })]
     /// A key under its limit (5–85% of it, shifting at the outage's edges) on 1–3 sidecars,
     /// the store gone for 0.1–8 s, paused or restarted empty: after it returns, nothing is
     /// denied that the exact bucket admits, and `B + L·t` holds over every window (with the
@@ -352,12 +357,12 @@ proptest! {
     ) {
         let seen = on_own_runtime(run(n, outage));
         prop_assert_eq!(seen.denied_after, 0, "{} of {} denied after: {:?}", seen.denied_after, seen.sent_after, seen);
-        prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
+        prop_assert!(seen.worst_beyond <= 1e-6, "{:?}", seen);
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(32), ..ProptestConfig::default() })]
     /// Demand up to 6× the limit before, during and after an outage of 0.1–8 s on 1–3
     /// sidecars, paused or restarted empty: `B + L·t` holds over every window (with the stated
     /// slack).
@@ -366,12 +371,12 @@ proptest! {
         (n, outage) in outages(5..=600)
     ) {
         let seen = on_own_runtime(run(n, outage));
-        prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
+        prop_assert!(seen.worst_beyond <= 1e-6, "{:?}", seen);
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(16), ..ProptestConfig::default() })]
     /// The two properties above with leases of rate on: under the limit, nothing denied after
     /// the outage that the exact bucket admits; over it, the bound (a flushed store's slack
     /// names the reservations it forgot, and each sidecar's, the reservations granted since
@@ -382,27 +387,21 @@ proptest! {
     ) {
         let seen = on_own_runtime(run_with(n, outage, &rate_leases()));
         prop_assert_eq!(seen.denied_after, 0, "{} of {} denied after: {:?}", seen.denied_after, seen.sent_after, seen);
-        prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
+        prop_assert!(seen.worst_beyond <= 1e-6, "{:?}", seen);
     }
 
-    /// Over the limit, 16 runs of 300 cases (2026-11-30) drew four fleets a window beyond
-    /// the stated slack after the store returned, while another sidecar still owed: 2.9 of a
-    /// token beyond 20.2 (three sidecars, 543 a second, a 0.49 s outage at 210, refused), 0.9
-    /// beyond 18.0 (two, 352 a second, 0.54 s at 165, timing out), 1.2 beyond 20.0 (three,
-    /// 372 a second, 0.43 s at 513) and 1.4 beyond 25.0 (three, 586 a second, 0.96 s at 562). All are starved keys whose slack is leases taken while
-    /// another sidecar still owed; token leases draw none on the same property. Traced and
-    /// fixed on the way: a fallback's local bucket that refilled from the last grant while a
-    /// stock paid for 2.6 s (11.7 tokens over: the reset at each fill is back, until a call
-    /// fails), and fallbacks that knew an older `R` since their last grant (now in the slack,
-    /// at most their share of the burst before the outage). These are not traced, so it runs
-    /// on demand (`--ignored`), not in CI.
+    /// Over the limit, each window against the slack known when it ends. Before each fallback
+    /// started from at most its share of its last reading (`Terms::catch_up_fallback`), this
+    /// drew starved fleets beyond the slack: 0.9 to 2.9 tokens against the whole run's slack
+    /// (4 in 4 800 cases), 4.4 as each window ends (token leases' twin above: 4.6), their
+    /// fallbacks banking the refill since their sidecar's last grant that the other
+    /// sidecars' turns had leased. With it, 5 000 cases of each passed (2026-11-30).
     #[test]
-    #[ignore = "leases of rate over the limit: up to 2.9 tokens beyond the slack after the store returns, about 1 case in 1 200 (issue 42)"]
     fn with_leases_of_rate_an_outage_keeps_the_bound_over_the_limit(
         (n, outage) in outages(5..=600)
     ) {
         let seen = on_own_runtime(run_with(n, outage, &rate_leases()));
-        prop_assert!(seen.worst_excess <= seen.slack + 1e-6, "{:?}", seen);
+        prop_assert!(seen.worst_beyond <= 1e-6, "{:?}", seen);
     }
 }
 
@@ -439,7 +438,7 @@ fn stays_within_the_slack(before: (u64, u64), during: (u64, u64), after: (u64, u
         stalled: false,
     };
     let seen = on_own_runtime(run(2, outage));
-    assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
+    assert!(seen.worst_beyond <= 1e-6, "{seen:?}");
 }
 
 /// Leases of rate through an outage: one sidecar at 3× the limit, 80% of it reserved, the
@@ -469,10 +468,7 @@ fn with_leases_of_rate_an_outage_keeps_the_bound() {
             stalled: false,
         };
         let seen = on_own_runtime(run_with(1, outage, &rate_leases()));
-        assert!(
-            seen.worst_excess <= seen.slack + 1e-6,
-            "{outage:?}: {seen:?}"
-        );
+        assert!(seen.worst_beyond <= 1e-6, "{outage:?}: {seen:?}");
         let share = (outage.during.rps as f64).min(L) * outage.during.millis as f64 / 1e3;
         assert!(
             seen.admitted_during as f64 >= (0.95 * share).floor(),
@@ -509,10 +505,7 @@ fn with_leases_of_rate_a_sidecar_under_its_limit_is_not_denied_after_an_outage()
         };
         let seen = on_own_runtime(run_with(1, outage, &rate_leases()));
         assert_eq!(seen.denied_after, 0, "stalled: {stalled}: {seen:?}");
-        assert!(
-            seen.worst_excess <= seen.slack + 1e-6,
-            "stalled: {stalled}: {seen:?}"
-        );
+        assert!(seen.worst_beyond <= 1e-6, "stalled: {stalled}: {seen:?}");
         assert!(
             seen.admitted_during as f64 >= (0.95 * 81.0 * 6.778f64).floor(),
             "stalled: {stalled}: {} admitted in the outage of 549 sent",
@@ -546,7 +539,7 @@ fn with_leases_of_rate_a_flushed_store_keeps_the_bound() {
         stalled: false,
     };
     let seen = on_own_runtime(run_with(2, outage, &rate_leases()));
-    assert!(seen.worst_excess <= seen.slack + 1e-6, "{seen:?}");
+    assert!(seen.worst_beyond <= 1e-6, "{seen:?}");
 }
 
 /// The over-limit outage property with leases of rate on, the store paused, drew these:
@@ -572,10 +565,7 @@ fn with_leases_of_rate_fleets_the_property_found_stay_within_the_slack() {
             stalled: false,
         };
         let seen = on_own_runtime(run_with(n, outage, &rate_leases()));
-        assert!(
-            seen.worst_excess <= seen.slack + 1e-6,
-            "{outage:?}: {seen:?}"
-        );
+        assert!(seen.worst_beyond <= 1e-6, "{outage:?}: {seen:?}");
     }
 }
 

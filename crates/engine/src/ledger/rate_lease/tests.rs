@@ -190,3 +190,27 @@ fn a_failed_call_leaves_the_stock_filling_to_its_reservations_end() {
     assert_eq!(lease, 40, "up to its cap, and none after its end at 10 s");
     assert!(!r.live(10_000_000));
 }
+
+/// The sweep ends an unused key's lease of rate once no request came for as long as 8 take at
+/// its measured demand, at least the ttl (`LeaseState::rate_lease_unused`): at 22 a second
+/// after the ttl of 1 s, at 2 a second after 4 s; with none measured yet, after 8 s.
+#[test]
+fn a_lease_of_rate_is_unused_once_its_demand_cannot_explain_the_silence() {
+    let rate = Rate::per_unit(100, Unit::Second);
+    let mut state = super::super::LeaseState::new(sluice_core::config::Mode::Strict, &rate, 0);
+    assert!(!state.rate_lease_unused(u64::MAX, 0), "no lease of rate");
+    state.rare_mut().rate_lease = Some(RateLease::starting(0));
+    assert!(!state.rate_lease_unused(8_000_000, 1_000_000));
+    assert!(state.rate_lease_unused(8_000_001, 1_000_000));
+    for (demand, unused_after) in [(22.0, 1_000_000), (2.0, 4_000_000)] {
+        state.rare_mut().rate_lease.as_mut().expect("lease").demand = demand;
+        assert!(
+            !state.rate_lease_unused(unused_after, 1_000_000),
+            "{demand}"
+        );
+        assert!(
+            state.rate_lease_unused(unused_after + 1, 1_000_000),
+            "{demand}"
+        );
+    }
+}
