@@ -69,8 +69,13 @@ fn engine_errors_name_their_line() {
         Some(std::time::Duration::from_secs(10)),
         "on unless set"
     );
-    let off = parse_config("engine:\n  rate_lease_ttl: off\n").expect("off");
-    assert!(off.engine.rate_lease_ttl.is_none(), "off when set so");
+    for off in ["off", "\" off \""] {
+        let config = parse_config(&format!("engine:\n  rate_lease_ttl: {off}\n")).expect(off);
+        assert!(
+            config.engine.rate_lease_ttl.is_none(),
+            "off when set so: {off}"
+        );
+    }
     located(
         "engine:\n  rate_lease_ttl: Off\n",
         2,

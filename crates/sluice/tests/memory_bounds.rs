@@ -63,7 +63,10 @@ async fn idle_long_lived_streams_are_capped_per_address() {
     // 32 RLQS streams and 16 watches from one address (docs/security.md).
     assert_eq!(o.still_open, 48, "{o:?}");
     assert_eq!(o.ends.get("status 8"), Some(&(o.opened - 48)));
-    assert!(o.growth_mib() < 32.0, "RSS grew {:.0} MiB", o.growth_mib());
+    // 16 000 refusals in flight at once: 21 MiB in RESULTS.md, 24 and 29 MiB here on
+    // 2026-11-30, 32.3 in one CI run, which failed a bound of 32. The leak it guards against
+    // grew 172 MiB.
+    assert!(o.growth_mib() < 48.0, "RSS grew {:.0} MiB", o.growth_mib());
 }
 
 /// Answers a client never reads keep their calls charged, so they are bounded like unfinished

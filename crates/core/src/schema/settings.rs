@@ -329,7 +329,8 @@ fn starved_calls_per_sec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, 
 
 /// `engine.rate_lease_ttl` unless set: long enough that renewals (in a reservation's last
 /// quarter) cost a sidecar a call every 7.5 s, short enough that a pod that left without ending
-/// its reservation holds its share for at most 10 s.
+/// its reservation holds its share for 10 s (longer in a fleet of more than
+/// `10 · starved_calls_per_sec` sidecars: `live / starved_calls_per_sec` seconds).
 pub const DEFAULT_RATE_LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// `engine.rate_lease_ttl`: `off`, or in [1s, 1h] (the store keeps a reservation at most
@@ -338,7 +339,7 @@ fn rate_lease_ttl<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<HumanDuration>, D::Error> {
     let text = String::deserialize(d)?;
-    if text == "off" {
+    if text.trim() == "off" {
         return Ok(None);
     }
     let ttl: HumanDuration = text.parse().map_err(|e| {

@@ -104,14 +104,20 @@ impl Terms {
     /// Brings the `local_share` fallback's local bucket up to `now` before it decides (nothing
     /// while the store is up):
     ///
-    /// - **Its first decision since the key's last reading of the global bucket** keeps at
-    ///   most this instance's share of that reading (`g/n`; [`Reading::Shared`] after). Its
-    ///   refill since the grant was this instance's only if no other sidecar leased it; a starved fleet's sidecars each lease all that refilled at their
+    /// - **Its first decision since the key's last reading of the global bucket**, if that
+    ///   reading is younger than the time the key's bucket takes to refill its burst, keeps
+    ///   at most this instance's share of it (`g/n`; [`Reading::Shared`] after). Its refill
+    ///   since the grant was this instance's only if no other sidecar leased it; a starved fleet's sidecars each lease all that refilled at their
     ///   turn, and every fallback banked its share of it again: 2 sidecars at 470/s went 0.54 of
     ///   a token beyond `B + L·t` and its slack within the outage (with leases of rate and no
     ///   reservation yet, 8.4). Cut, the fallbacks start from at most what the store held as
     ///   each last read it, whose error the slack of `ledger::Owed` states already. A key never
-    ///   read keeps its bucket (its debt counts from a reading of 0).
+    ///   read keeps its bucket (its debt counts from a reading of 0), and so does one read
+    ///   longer ago than its burst's refill (the store holds what refilled since, less what
+    ///   others took, and the reading says nothing of either): cut to an idle key's reading of
+    ///   0 from a minute before, a burst the exact limiter admits was denied whole (a hostile
+    ///   review). Windows are not cut: a reading of the window before says nothing of the
+    ///   next, and their fallback owes all it spends (`ledger::Owed`).
     /// - **The store's reservations lapsed** (`LeaseState::store_reserved`) since the local
     ///   bucket last refilled: it refills up to their lapse at the share of `L − R` first, then
     ///   at the share of `L`. Refilled at the later share over the whole gap, an idle fallback
@@ -137,6 +143,11 @@ impl Terms {
         }
         if let (Reading::Read, Some(n)) = (state.reading, self.owes_store()) {
             state.reading = Reading::Shared;
+            let refills_burst = self.rate.micros_until(0.0, self.rate.burst as f64);
+            let age = now.saturating_sub(state.global_read_at);
+            if self.rate.algorithm.is_window() || age >= refills_burst.unwrap_or(u64::MAX) {
+                return;
+            }
             let (_, share) = self.effective_reserving(state.store_reserved(now));
             state.local.refill(&share, now);
             let cap = state.global_remaining.max(0.0) / n as f64;

@@ -195,8 +195,9 @@ fn the_fallback_refills_at_each_share_across_the_reservations_lapse() {
 /// most its share of that reading (`Terms::catch_up_fallback`): 2 sidecars on 100 a second, the
 /// store empty after this one's grant at 0 (the other sidecar's turn leases what refills next),
 /// the store gone by 0.15 s. The local bucket had banked 7.5 tokens of that refill; it starts
-/// from none, then refills at its share, 50 a second. A reading of 60 keeps 30 of a full
-/// local bucket (50), once per reading: a grant reading 10 cuts the next outage's to 5.
+/// from none, then refills at its share, 50 a second. A reading of 60 keeps 30 of the 45 its
+/// local bucket refilled in 0.9 s, once per reading; a grant reading 10 cuts the next
+/// outage's to 5; a reading older than the burst's refill (1 s) cuts nothing.
 #[test]
 fn the_fallback_starts_from_its_share_of_the_last_reading() {
     let down = local_share(2);
@@ -226,10 +227,12 @@ fn the_fallback_starts_from_its_share_of_the_last_reading() {
     let mut full = LeaseState::new(Mode::Strict, &down.rate, 0);
     full.add_grant(1, 60.0, 1, 0);
     full.lease = 0;
-    assert_eq!(admit(&mut full, 2 * SEC), 30);
-    assert_eq!(admit(&mut full, 2 * SEC + SEC / 10), 5, "not cut again");
+    assert_eq!(admit(&mut full, 9 * SEC / 10), 30);
+    assert_eq!(admit(&mut full, 16 * SEC / 10), 35, "not cut again");
     full.add_grant(0, 10.0, 1, 3 * SEC);
-    assert_eq!(admit(&mut full, 4 * SEC), 5);
+    assert_eq!(admit(&mut full, 3 * SEC + SEC / 2), 5);
+    full.add_grant(0, 0.0, 1, 5 * SEC);
+    assert_eq!(admit(&mut full, 6 * SEC + SEC / 2), 50, "a stale reading");
 }
 
 /// What `local_share` spends on a leased rule is owed to the global bucket, as far as the

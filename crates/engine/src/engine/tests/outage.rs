@@ -110,16 +110,18 @@ fn leased(engines: &[Engine], now: u64) -> f64 {
     held
 }
 
-/// What the engines' fallbacks may admit through an outage of `during` µs beginning at `now`
-/// beyond the store's refill because the store reserves more on the key (`reserved`,
-/// thousandths of a token per second) than each engine's last lease answer showed it
+/// What the engines' fallbacks may admit through an outage beginning at `now` beyond the
+/// store's refill because the store reserves more on the key (`reserved`, thousandths of a
+/// token per second) than each engine's last lease answer showed it
 /// (`LeaseState::store_reserved`): reservations granted to others since. An engine's fallback
 /// shares, and is charged against, the refill it knew of (`L` less what it saw reserved, over
 /// `n`), from its local bucket's last start (its last grant, at most its share of the burst
-/// before the outage) to the outage's end; the store refilled less. What no engine can know, as
-/// a reading above the bucket's level is.
-fn reserved_since(engines: &[Engine], reserved: u64, now: u64, during: u64, n: usize) -> f64 {
-    let mut since = 0.0;
+/// before the outage) on; the store refilled less. What no engine can know, as a reading above
+/// the bucket's level is. Returns the part before the outage (tokens) and the rate the rest
+/// accrues at through it (tokens a second): a window is excused only by the outage's time
+/// before it ends.
+fn reserved_since(engines: &[Engine], reserved: u64, now: u64, n: usize) -> (f64, f64) {
+    let (mut before_outage, mut per_sec) = (0.0, 0.0);
     for e in engines {
         e.table.for_each(|_, b| {
             let state = b.lock();
@@ -127,10 +129,11 @@ fn reserved_since(engines: &[Engine], reserved: u64, now: u64, during: u64, n: u
                 reserved.saturating_sub(state.store_reserved(now)) as f64 / 1e3 / n as f64;
             // Before the outage, no more than the local bucket holds (its share of the burst).
             let before = now.saturating_sub(state.local.updated_micros) as f64 / 1e6;
-            since += (unknown * before).min(B / n as f64) + unknown * during as f64 / 1e6;
+            before_outage += (unknown * before).min(B / n as f64);
+            per_sec += unknown;
         });
     }
-    since
+    (before_outage, per_sec)
 }
 
 /// What the engines' stocks of rate may still fill after `now` (their reservations, each to
@@ -195,6 +198,9 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
     let mut lowest_start = f64::MAX;
     let mut next_sweep = start + 250_000;
     let mut turn = 0usize;
+    // Reservations granted since each engine's last answer, tokens a second over the fleet
+    // (`reserved_since`): the slack they add accrues through the outage.
+    let mut unknown_per_sec = 0.0;
     for (phase, spell) in [outage.before, outage.during, outage.after]
         .into_iter()
         .enumerate()
@@ -209,8 +215,10 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
                 seen.slack += readings.iter().map(|r| (r - level).max(0.0)).sum::<f64>() / n as f64;
                 if let Some(key) = &key {
                     let reserved = store.inner.reserved_all(key);
-                    let (now, during) = (clock.now_micros(), outage.during.millis * 1_000);
-                    seen.slack += reserved_since(&engines, reserved, now, during, n);
+                    let before;
+                    (before, unknown_per_sec) =
+                        reserved_since(&engines, reserved, clock.now_micros(), n);
+                    seen.slack += before;
                 }
                 store.set(if outage.stalled {
                     Mode::TimedOut
@@ -232,6 +240,9 @@ async fn run_with(n: usize, outage: Outage, settings: &EngineSettings) -> Seen {
         for _ in 0..spell.millis * 1_000 / gap {
             clock.advance_micros(gap);
             let now = clock.now_micros();
+            if phase == 1 {
+                seen.slack += unknown_per_sec * gap as f64 / 1e6;
+            }
             if now >= next_sweep {
                 for e in &engines {
                     e.sweep().await;
