@@ -107,10 +107,11 @@ impl Terms {
     /// - **Its first decision since the key's last reading of the global bucket**, if that
     ///   reading is younger than the time the key's bucket takes to refill its burst, keeps
     ///   at most this instance's share of it (`g/n`; [`Reading::Shared`] after). Its refill
-    ///   since the grant was this instance's only if no other sidecar leased it; a starved fleet's sidecars each lease all that refilled at their
-    ///   turn, and every fallback banked its share of it again: 2 sidecars at 470/s went 0.54 of
-    ///   a token beyond `B + L·t` and its slack within the outage (with leases of rate and no
-    ///   reservation yet, 8.4). Cut, the fallbacks start from at most what the store held as
+    ///   since the grant was this instance's only if no other sidecar leased it; a starved
+    ///   fleet's sidecars each lease all that refilled at their turn, and every fallback banked
+    ///   its share of it again: 2 sidecars went 4.6 tokens beyond `B + L·t` and its slack
+    ///   within an outage (4.4 with leases of rate; the outage properties, checked as each
+    ///   window ends). Cut, the fallbacks start from at most what the store held as
     ///   each last read it, whose error the slack of `ledger::Owed` states already. A key never
     ///   read keeps its bucket (its debt counts from a reading of 0), and so does one read
     ///   longer ago than its burst's refill (the store holds what refilled since, less what
