@@ -336,3 +336,45 @@ async fn with_leases_of_rate_a_reservation_follows_demand_down() {
         seen.last.admitted + seen.last.denied
     );
 }
+
+/// Leases of rate: idle sidecars give their reservations back, busy ones keep theirs. Four
+/// sidecars share 58 a second, then one takes 79 a second alone: the three idle ones' stocks
+/// (22 a second each) stood to their ttl, and the one still asking, on the 34 a second left,
+/// was denied a request the exact limiter admits (the fleet property above drew it once leases
+/// of rate were the default); the sweep now ends them (`LeaseState::rate_lease_unused`). Two
+/// sidecars at 20 a second each for 12 s keep theirs: a few calls in the last 6 s, where a
+/// reservation ended at every sweep would cost several a second.
+#[tokio::test]
+async fn with_leases_of_rate_idle_sidecars_give_their_reservations_back() {
+    let phases = [
+        Phase {
+            rps: 58,
+            active: 4,
+            millis: 1_294,
+        },
+        Phase {
+            rps: 79,
+            active: 1,
+            millis: 3_621,
+        },
+    ];
+    let seen = run_fleet_with(4, 4, &phases, &rate_leases())
+        .await
+        .expect("bound");
+    assert_eq!(seen.denied, 0, "{} of {} denied", seen.denied, seen.sent);
+
+    let busy = |millis| Phase {
+        rps: 40,
+        active: 2,
+        millis,
+    };
+    let seen = run_fleet_with(2, 2, &[busy(6_000), busy(6_000)], &rate_leases())
+        .await
+        .expect("bound");
+    assert_eq!(seen.denied, 0);
+    assert!(
+        seen.last.store_calls <= 6,
+        "{} store calls in the last 6 s",
+        seen.last.store_calls
+    );
+}
