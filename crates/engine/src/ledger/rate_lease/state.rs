@@ -4,7 +4,7 @@
 
 use sluice_core::bucket::Rate;
 
-use super::{MEASURE_HITS, MEASURE_LONGEST, RateLease};
+use super::RateLease;
 
 /// A key's state and its lease of rate (in the boxed rare part: most keys have none).
 impl super::super::LeaseState {
@@ -87,23 +87,16 @@ impl super::super::LeaseState {
             .is_some_and(|r| r.per_mille > 0)
     }
 
-    /// Whether this key's lease of rate went unused (`idle` µs since its last request) for
-    /// longer than its measured demand explains: `MEASURE_HITS` requests' time at that
-    /// demand, at least `ttl` (a Poisson count misses 8 expected requests once in 3 000).
-    /// Kept, an idle sidecar's reservation stood for the rest of its ttl, renewed by no
+    /// Whether this key's lease of rate went unused for longer than its measured demand
+    /// explains ([`RateLease::unused`]). Kept, an idle sidecar's reservation stood for the rest of its ttl, renewed by no
     /// request, and the sidecars still asking shared what it left: 4 sidecars at 58/s in all,
     /// then one at 79/s, had 66 of 100 a second reserved by the three idle ones and denied a
     /// request an exact limiter admits (the fleet property with leases of rate).
     pub fn rate_lease_unused(&self, idle: u64, ttl: u64) -> bool {
-        let Some(r) = self.rare().rate_lease.as_ref() else {
-            return false;
-        };
-        let explained = if r.demand > 0.0 {
-            (MEASURE_HITS as f64 * 1e6 / r.demand).min(u64::MAX as f64) as u64
-        } else {
-            MEASURE_LONGEST
-        };
-        idle > explained.max(ttl)
+        self.rare()
+            .rate_lease
+            .as_ref()
+            .is_some_and(|r| r.unused(idle, ttl))
     }
 
     /// Whether a lease of rate fills this key's stock now.

@@ -162,14 +162,6 @@ fn never_more_than_n_in_flight_and_no_slot_lost_search() {
     never_more_than_n_in_flight(proptest::test_runner::RngSeed::Random);
 }
 
-/// How many cases a run draws: 64, or `PROPTEST_CASES` (a search's, `loadtest/properties.sh`).
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
 fn never_more_than_n_in_flight(seed: proptest::test_runner::RngSeed) {
     use proptest::prelude::*;
     let unit = prop_oneof![
@@ -193,7 +185,8 @@ fn never_more_than_n_in_flight(seed: proptest::test_runner::RngSeed) {
         .build()
         .expect("runtime");
     let config = ProptestConfig {
-        cases: cases(),
+        // 64, or `PROPTEST_CASES` (a search's, `loadtest/properties.sh`).
+        cases: crate::engine::tests::cases(64),
         rng_seed: seed,
         ..ProptestConfig::default()
     };
